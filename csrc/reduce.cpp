@@ -1,0 +1,168 @@
+// Elementwise reductions used by every allreduce algorithm: dst = dst (op) src.
+// fp16 and bf16 are widened to fp32, combined, and rounded once (fp32 accumulation);
+// the operation is commutative bit for bit, which keeps results identical on all ranks.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <type_traits>
+
+#include "common.h"
+
+namespace compcoll {
+namespace {
+
+template <class T>
+inline T combine(T a, T b, Op op) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;  // wrap-around like MPI, without signed-overflow UB
+    switch (op) {
+      case Op::sum: return T(U(a) + U(b));
+      case Op::prod: return T(U(a) * U(b));
+      case Op::min: return std::min(a, b);
+      case Op::max: return std::max(a, b);
+    }
+  } else {
+    switch (op) {
+      case Op::sum: return a + b;
+      case Op::prod: return a * b;
+      // NaN propagates (numpy.minimum semantics), whichever side it is on.
+      case Op::min: return (a != a) ? a : ((b != b) ? b : (b < a ? b : a));
+      case Op::max: return (a != a) ? a : ((b != b) ? b : (b > a ? b : a));
+    }
+  }
+  return a;
+}
+
+template <class T, Op OP>
+void reduce_native(T* __restrict dst, const T* __restrict src, size_t n) {
+  int nt = num_threads();
+#pragma omp parallel for num_threads(nt) if (nt > 1 && n > kParallelGrain) schedule(static)
+  for (ptrdiff_t i = 0; i < ptrdiff_t(n); ++i) dst[i] = combine<T>(dst[i], src[i], OP);
+}
+
+template <float (*Load)(uint16_t), uint16_t (*Store)(float), Op OP>
+void reduce_half(uint16_t* __restrict dst, const uint16_t* __restrict src, size_t n) {
+  int nt = num_threads();
+#pragma omp parallel for num_threads(nt) if (nt > 1 && n > kParallelGrain) schedule(static)
+  for (ptrdiff_t i = 0; i < ptrdiff_t(n); ++i)
+    dst[i] = Store(combine<float>(Load(dst[i]), Load(src[i]), OP));
+}
+
+template <class T>
+void dispatch_native(void* d, const void* s, size_t n, Op op) {
+  auto* dst = static_cast<T*>(d);
+  auto* src = static_cast<const T*>(s);
+  switch (op) {
+    case Op::sum: return reduce_native<T, Op::sum>(dst, src, n);
+    case Op::prod: return reduce_native<T, Op::prod>(dst, src, n);
+    case Op::min: return reduce_native<T, Op::min>(dst, src, n);
+    case Op::max: return reduce_native<T, Op::max>(dst, src, n);
+  }
+}
+
+template <float (*Load)(uint16_t), uint16_t (*Store)(float)>
+void dispatch_half(void* d, const void* s, size_t n, Op op) {
+  auto* dst = static_cast<uint16_t*>(d);
+  auto* src = static_cast<const uint16_t*>(s);
+  switch (op) {
+    case Op::sum: return reduce_half<Load, Store, Op::sum>(dst, src, n);
+    case Op::prod: return reduce_half<Load, Store, Op::prod>(dst, src, n);
+    case Op::min: return reduce_half<Load, Store, Op::min>(dst, src, n);
+    case Op::max: return reduce_half<Load, Store, Op::max>(dst, src, n);
+  }
+}
+
+void reduce_raw(void* dst, const void* src, size_t n, DType t, Op op) {
+  switch (t) {
+    case DType::f16: return dispatch_half<f16_to_float, float_to_f16>(dst, src, n, op);
+    case DType::bf16: return dispatch_half<bf16_to_float, float_to_bf16>(dst, src, n, op);
+    case DType::f32: return dispatch_native<float>(dst, src, n, op);
+    case DType::f64: return dispatch_native<double>(dst, src, n, op);
+    case DType::i8: return dispatch_native<int8_t>(dst, src, n, op);
+    case DType::u8: return dispatch_native<uint8_t>(dst, src, n, op);
+    case DType::i32: return dispatch_native<int32_t>(dst, src, n, op);
+    case DType::i64: return dispatch_native<int64_t>(dst, src, n, op);
+  }
+}
+
+// dst *= factor, computed in fp32 for half types and in the native type otherwise.
+template <class T>
+void scale_native(T* x, size_t n, double f) {
+  int nt = num_threads();
+  T ft = T(f);
+#pragma omp parallel for num_threads(nt) if (nt > 1 && n > kParallelGrain) schedule(static)
+  for (ptrdiff_t i = 0; i < ptrdiff_t(n); ++i) x[i] = x[i] * ft;
+}
+
+template <float (*Load)(uint16_t), uint16_t (*Store)(float)>
+void scale_half(uint16_t* x, size_t n, double f) {
+  int nt = num_threads();
+  float ff = float(f);
+#pragma omp parallel for num_threads(nt) if (nt > 1 && n > kParallelGrain) schedule(static)
+  for (ptrdiff_t i = 0; i < ptrdiff_t(n); ++i) x[i] = Store(Load(x[i]) * ff);
+}
+
+}  // namespace
+
+void register_reduce(nb::module_& m) {
+  m.def(
+      "reduce_into",
+      [](HostArray dst, HostArray src, int dtype, int op) {
+        DType t = dtype_from_int(dtype);
+        if (op < 0 || op > 3) throw std::invalid_argument("reduce_into: unknown op code");
+        check_same_size(dst, src, t, "reduce_into");
+        size_t n = dst.nbytes() / dtype_size(t);
+        nb::gil_scoped_release nogil;
+        reduce_raw(dst.data(), src.data(), n, t, static_cast<Op>(op));
+      },
+      nb::arg("dst"), nb::arg("src"), nb::arg("dtype"), nb::arg("op"),
+      "dst = dst (op) src elementwise; fp16/bf16 are combined in fp32 and rounded once.");
+  m.def(
+      "scale",
+      [](HostArray x, int dtype, double factor) {
+        DType t = dtype_from_int(dtype);
+        size_t n = x.nbytes() / dtype_size(t);
+        void* p = x.data();
+        nb::gil_scoped_release nogil;
+        switch (t) {
+          case DType::f16: return scale_half<f16_to_float, float_to_f16>(static_cast<uint16_t*>(p), n, factor);
+          case DType::bf16: return scale_half<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(p), n, factor);
+          case DType::f32: return scale_native<float>(static_cast<float*>(p), n, factor);
+          case DType::f64: return scale_native<double>(static_cast<double*>(p), n, factor);
+          default: throw std::invalid_argument("scale: only floating-point dtypes can be scaled");
+        }
+      },
+      nb::arg("x"), nb::arg("dtype"), nb::arg("factor"),
+      "x *= factor in place (fp32 arithmetic for fp16/bf16).");
+  m.def(
+      "half_to_float",
+      [](HostArray src, HostArray dst, int dtype) {
+        DType t = dtype_from_int(dtype);
+        size_t n = src.nbytes() / 2;
+        if (dst.nbytes() != n * 4) throw std::invalid_argument("half_to_float: dst must hold n float32");
+        auto* s = static_cast<const uint16_t*>(src.data());
+        auto* d = static_cast<float*>(dst.data());
+        nb::gil_scoped_release nogil;
+        if (t == DType::f16) for (size_t i = 0; i < n; ++i) d[i] = f16_to_float(s[i]);
+        else if (t == DType::bf16) for (size_t i = 0; i < n; ++i) d[i] = bf16_to_float(s[i]);
+        else throw std::invalid_argument("half_to_float: dtype must be float16 or bfloat16");
+      },
+      nb::arg("src"), nb::arg("dst"), nb::arg("dtype"), "Widen fp16/bf16 bit patterns to float32.");
+  m.def(
+      "float_to_half",
+      [](HostArray src, HostArray dst, int dtype) {
+        DType t = dtype_from_int(dtype);
+        size_t n = dst.nbytes() / 2;
+        if (src.nbytes() != n * 4) throw std::invalid_argument("float_to_half: src must hold n float32");
+        auto* s = static_cast<const float*>(src.data());
+        auto* d = static_cast<uint16_t*>(dst.data());
+        nb::gil_scoped_release nogil;
+        if (t == DType::f16) for (size_t i = 0; i < n; ++i) d[i] = float_to_f16(s[i]);
+        else if (t == DType::bf16) for (size_t i = 0; i < n; ++i) d[i] = float_to_bf16(s[i]);
+        else throw std::invalid_argument("float_to_half: dtype must be float16 or bfloat16");
+      },
+      nb::arg("src"), nb::arg("dst"), nb::arg("dtype"),
+      "Round float32 to fp16/bf16 bit patterns (nearest, ties to even; NaN stays NaN).");
+}
+
+}  // namespace compcoll
