@@ -1,0 +1,91 @@
+"""Binomial-tree allreduce: segmented binomial reduce to rank 0, then binomial broadcast.
+
+Latency-optimal for small messages: 2*ceil(log2 p) message steps. Both halves are pipelined by
+segment (a node forwards segment k up the tree while segment k+1 is still arriving from its
+children), which gives a large message the throughput of a pipeline instead of
+log p * n / bandwidth. We keep the binomial tree for large messages too rather than a separate
+pipelined binary tree: with segmentation its depth only adds log p segment delays, and its
+root reduces from log p children. The result is computed once at the root and broadcast, so
+every rank ends with identical bits.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from .common import Job, Steps, segments
+
+WINDOW = 4  # receive segments in flight per child during the reduce
+
+
+def _children(vr: int, p: int) -> list[int]:
+    """Children of virtual rank ``vr`` in a binomial tree rooted at 0 (smallest subtree first)."""
+    low = vr & -vr if vr else 1 << p.bit_length()
+    out, k = [], 1
+    while k < low and vr + k < p:
+        out.append(vr + k)
+        k <<= 1
+    return out
+
+
+def _parent(vr: int) -> int:
+    return vr - (vr & -vr)
+
+
+def reduce(job: Job, root: int = 0) -> Steps:
+    """Binomial reduce of ``job.work`` to ``root`` (other ranks' buffers become scratch)."""
+    comm, work = job.comm, job.work
+    p = comm.size
+    vr = (comm.rank - root) % p
+    segs = segments(0, work.size, job.segment)
+    if p == 1 or not segs:
+        return
+    children = [(c + root) % p for c in _children(vr, p)]
+    parent = None if vr == 0 else (_parent(vr) + root) % p
+    slots = {c: [job.scratch(job.segment) for _ in range(WINDOW)] for c in children}
+    queues: dict[int, deque] = {c: deque() for c in children}
+
+    def post(c: int, k: int) -> None:
+        a, b = segs[k]
+        queues[c].append(job.irecv(slots[c][k % WINDOW][:b - a], c, f"tree reduce segment {k}"))
+
+    for c in children:
+        for k in range(min(WINDOW, len(segs))):
+            post(c, k)
+    sends = []
+    for k, (a, b) in enumerate(segs):
+        for c in children:  # a fixed order of children keeps the summation order fixed
+            yield [queues[c].popleft()]
+            job.combine(work[a:b], slots[c][k % WINDOW][:b - a])
+            if k + WINDOW < len(segs):
+                post(c, k + WINDOW)
+        if parent is not None:
+            sends.append(job.isend(work[a:b], parent, f"tree reduce segment {k}"))
+    yield sends
+
+
+def broadcast(job: Job, root: int = 0) -> Steps:
+    """Binomial broadcast of ``job.work`` from ``root``, segmented and pipelined."""
+    comm, work = job.comm, job.work
+    p = comm.size
+    vr = (comm.rank - root) % p
+    segs = segments(0, work.size, job.segment)
+    if p == 1 or not segs:
+        return
+    # Largest subtree first: it has the longest way to go.
+    children = [(c + root) % p for c in reversed(_children(vr, p))]
+    parent = None if vr == 0 else (_parent(vr) + root) % p
+    recvs = ([job.irecv(work[a:b], parent, f"broadcast segment {k}")
+              for k, (a, b) in enumerate(segs)] if parent is not None else [])
+    sends = []
+    for k, (a, b) in enumerate(segs):
+        if recvs:
+            yield [recvs[k]]
+        sends.extend(job.isend(work[a:b], c, f"broadcast segment {k}") for c in children)
+    yield sends
+
+
+def allreduce(job: Job) -> Steps:
+    """Binomial reduce to rank 0, then binomial broadcast from rank 0."""
+    yield from reduce(job, 0)
+    yield from broadcast(job, 0)

@@ -1,0 +1,181 @@
+"""The public collectives: allreduce, iallreduce, reduce_scatter, allgather, broadcast."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import algorithms, buffers, ops
+from .algorithms import ring, tree
+from .algorithms.common import Job, blocks_from_counts, partition
+from .config import defaults
+from .errors import MismatchError
+from .progress import Handle
+from .transport import Communicator, as_communicator
+
+_OP_CODES = {name: i for i, name in enumerate(ops.SUPPORTED_OPS)}
+
+
+def _validate(comm: Communicator, collective: str, fields: dict[str, int],
+              timeout: float | None) -> np.ndarray:
+    """Check that every rank passed the same ``fields``; raise MismatchError on every rank.
+
+    Costs one small allgather. Every rank sees the same gathered table, so every rank raises
+    (or none does) and nobody is left waiting in a collective the others abandoned.
+    """
+    table = comm.allgather_ints(list(fields.values()), collective=f"{collective} (validation)",
+                                timeout=timeout)
+    for j, name in enumerate(fields):
+        column = table[:, j]
+        if (column != column[0]).any():
+            values = ", ".join(f"rank {r}: {v}" for r, v in enumerate(column.tolist()))
+            raise MismatchError(
+                f"{collective}: ranks disagree on {name} ({values}); every rank must pass the "
+                f"same {name}"
+            )
+    return table
+
+
+def _job(comm: Communicator, work: np.ndarray, dtype: Any, op: str, collective: str) -> Job:
+    seg = max(1, defaults.segment_bytes // dtype.itemsize)
+    return Job(comm, work, dtype, op, comm.next_tag(), seg, collective)
+
+
+def iallreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any = None,
+               out: Any = None, timeout: float | None = None,
+               validate: bool | None = None) -> Handle:
+    """Start an allreduce; ``wait()`` on the returned handle gives the result.
+
+    Same arguments as :func:`allreduce`. Every rank must start its nonblocking collectives in
+    the same order; several may be in flight at once.
+    """
+    c = as_communicator(comm)
+    prepared = buffers.prepare(buf, out)
+    dtype = prepared.dtype
+    op = ops.check_op(op, dtype)
+    name = algorithm
+    if name != "auto":
+        algorithms.get(name)
+    if defaults.validate if validate is None else validate:
+        algo_id = -1 if name == "auto" else algorithms.names().index(name)
+        _validate(c, "allreduce", {"element count": prepared.work.size, "dtype": dtype.code,
+                                   "op": _OP_CODES[op], "algorithm": algo_id}, timeout)
+    if name == "auto":
+        from . import costmodel
+
+        name = costmodel.choose(c, prepared.work.size * dtype.itemsize)
+    job = _job(c, prepared.work, dtype, op, f"allreduce[{name}]")
+    ops.prescale(job.work, dtype, op, c.size)
+
+    def finish() -> Any:
+        ops.finish(job.work, dtype, op, c.size)
+        return prepared.finish()
+
+    return Handle(algorithms.get(name).run(job), finish, job.collective, timeout)
+
+
+def allreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any = None,
+              out: Any = None, timeout: float | None = None,
+              validate: bool | None = None) -> Any:
+    """Reduce ``buf`` over all ranks of ``comm``; every rank gets the same bits.
+
+    Args:
+        buf: numpy array, torch tensor (CPU or CUDA, contiguous or not), CuPy array, or any
+            object with ``__cuda_array_interface__``. Left untouched unless ``out is buf``.
+        op: "sum", "avg", "min", "max" or "prod" ("avg" needs a floating-point dtype).
+        algorithm: "auto" (the cost model picks), "ring", "tree", "recursive_doubling",
+            "rabenseifner", or the engines' own "mpi" / "torch".
+        comm: None (MPI.COMM_WORLD), an mpi4py communicator, a torch.distributed
+            ProcessGroup, or a :class:`collectives.Communicator`.
+        out: where to write the result (same type, shape and dtype); ``out=buf`` is in place.
+            None allocates a new array of the caller's type on the caller's device.
+        timeout: seconds any single wait may block before ``CollectiveTimeout``.
+        validate: check count/dtype/op/algorithm agree on all ranks first (one small
+            allgather); default from ``collectives.defaults.validate``.
+
+    Example::
+
+        >>> from mpi4py import MPI
+        >>> import numpy as np, collectives
+        >>> x = np.full(1000, MPI.COMM_WORLD.rank, dtype=np.float32)
+        >>> y = collectives.allreduce(x, op="sum", algorithm="ring")
+    """
+    return iallreduce(buf, op=op, algorithm=algorithm, comm=comm, out=out, timeout=timeout,
+                      validate=validate).wait()
+
+
+def reduce_scatter(buf: Any, *, op: str = "sum", comm: Any = None,
+                   counts: list[int] | None = None, timeout: float | None = None,
+                   validate: bool | None = None) -> Any:
+    """Reduce ``buf`` over all ranks and return this rank's block of the result (flattened).
+
+    Blocks follow ``counts`` (one per rank, summing to ``buf``'s size) or, by default, a
+    balanced split whose sizes differ by at most one element. Ring algorithm, pipelined.
+    """
+    c = as_communicator(comm)
+    prepared = buffers.prepare(buf, None)
+    dtype, n = prepared.dtype, prepared.work.size
+    op = ops.check_op(op, dtype)
+    if counts is None:
+        blocks = partition(n, c.size)
+    else:
+        if len(counts) != c.size or sum(int(x) for x in counts) != n or min(counts) < 0:
+            raise ValueError(
+                f"counts must hold {c.size} non-negative sizes summing to {n}, got {counts}"
+            )
+        blocks = blocks_from_counts(counts)
+    if defaults.validate if validate is None else validate:
+        _validate(c, "reduce_scatter", {"element count": n, "dtype": dtype.code,
+                                        "op": _OP_CODES[op],
+                                        "my block size": blocks[c.rank][1] - blocks[c.rank][0]
+                                        if counts is None else 0}, timeout)
+    job = _job(c, prepared.work, dtype, op, "reduce_scatter")
+    ops.prescale(job.work, dtype, op, c.size)
+    Handle(ring.reduce_scatter(job, blocks), lambda: None, job.collective, timeout).wait()
+    lo, hi = blocks[c.rank]
+    mine = job.work[lo:hi].copy()
+    ops.finish(mine, dtype, op, c.size)
+    return buffers.like(buf, mine, dtype)
+
+
+def allgather(buf: Any, *, comm: Any = None, timeout: float | None = None) -> Any:
+    """Concatenate every rank's ``buf`` (flattened, sizes may differ) in rank order.
+
+    One small allgather exchanges the sizes and checks the dtypes agree, then a pipelined ring
+    moves the data. Returns a 1-D array of the caller's type.
+    """
+    c = as_communicator(comm)
+    prepared = buffers.prepare(buf, None)
+    dtype = prepared.dtype
+    table = c.allgather_ints([prepared.work.size, dtype.code], collective="allgather",
+                             timeout=timeout)
+    if (table[:, 1] != dtype.code).any():
+        raise MismatchError(f"allgather: ranks disagree on dtype (codes by rank: "
+                            f"{table[:, 1].tolist()}); every rank must pass the same dtype")
+    blocks = blocks_from_counts(table[:, 0].tolist())
+    work = np.empty(int(table[:, 0].sum()), dtype=dtype.raw)
+    lo, hi = blocks[c.rank]
+    work[lo:hi] = prepared.work
+    job = _job(c, work, dtype, "sum", "allgather")
+    Handle(ring.allgather(job, blocks), lambda: None, job.collective, timeout).wait()
+    return buffers.like(buf, work, dtype)
+
+
+def broadcast(buf: Any, *, root: int = 0, comm: Any = None, timeout: float | None = None,
+              validate: bool | None = None) -> Any:
+    """Broadcast ``buf`` from ``root`` to every rank, in place; returns ``buf``.
+
+    Binomial tree, segmented so that large buffers stream down the tree.
+    """
+    c = as_communicator(comm)
+    if not 0 <= root < c.size:
+        raise ValueError(f"root must be a rank in [0, {c.size}), got {root}")
+    prepared = buffers.prepare(buf, buf)
+    dtype = prepared.dtype
+    if defaults.validate if validate is None else validate:
+        _validate(c, "broadcast", {"element count": prepared.work.size, "dtype": dtype.code,
+                                   "root": root}, timeout)
+    job = _job(c, prepared.work, dtype, "sum", "broadcast")
+    Handle(tree.broadcast(job, root), prepared.finish, job.collective, timeout).wait()
+    return buf

@@ -1,0 +1,204 @@
+"""Caller buffers in, caller buffers out: numpy, torch (CPU/CUDA), CuPy, __cuda_array_interface__.
+
+``prepare(buf, out)`` returns a ``Prepared`` whose ``work`` is a 1-D C-contiguous host numpy
+array holding the input; a collective runs in place on ``work`` and ``finish()`` delivers the
+result in the caller's type and device. Host buffers are used zero-copy when possible (in place
+on a contiguous buffer no byte is copied); device buffers are staged through pinned host memory
+after their stream is synchronized (see ``collectives.device``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import device
+from .dtypes import DType, from_numpy, lookup
+
+
+@dataclass
+class Prepared:
+    """The host working array of a collective and how to hand the result back."""
+
+    work: np.ndarray
+    dtype: DType
+    finish: Callable[[], Any]
+    kind: str  # "numpy", "torch", "torch-cuda", "cuda-array"
+
+
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "is_cuda")
+
+
+def _torch_raw(t: Any) -> np.ndarray:
+    """Zero-copy numpy view of a contiguous CPU tensor's elements (bf16 as uint16 bits)."""
+    import torch
+
+    t = t.detach().reshape(-1)
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
+
+
+def _numpy_raw(a: np.ndarray, dtype: DType) -> np.ndarray:
+    return a.reshape(-1).view(dtype.raw)
+
+
+def _prepare_numpy(buf: np.ndarray, out: Any) -> Prepared:
+    dtype = from_numpy(buf.dtype)
+    if out is not None:
+        _check_out(buf, out, np.ndarray)
+    inplace = out is buf
+    target = np.empty_like(buf, order="C") if out is None else out
+    if target.flags.c_contiguous:
+        work = _numpy_raw(target, dtype)
+        if not inplace:
+            np.copyto(work, _numpy_raw(np.ascontiguousarray(buf), dtype))
+        return Prepared(work, dtype, lambda: target, "numpy")
+    work = _numpy_raw(np.ascontiguousarray(buf), dtype).copy()
+
+    def finish() -> np.ndarray:
+        np.copyto(target, work.view(buf.dtype).reshape(target.shape))
+        return target
+
+    return Prepared(work, dtype, finish, "numpy")
+
+
+def _prepare_torch_cpu(buf: Any, out: Any) -> Prepared:
+    import torch
+
+    dtype = lookup(str(buf.dtype))
+    if out is not None:
+        _check_out(buf, out, torch.Tensor)
+    inplace = out is buf
+    target = torch.empty_like(buf, memory_format=torch.contiguous_format) if out is None else out
+    if target.is_contiguous():
+        work = _torch_raw(target)
+        if not inplace:
+            np.copyto(work, _torch_raw(buf.contiguous()))
+        return Prepared(work, dtype, lambda: target, "torch")
+    staged = buf.detach().contiguous().clone() if inplace else buf.detach().contiguous()
+    if staged.data_ptr() == buf.data_ptr():
+        staged = staged.clone()
+    work = _torch_raw(staged)
+
+    def finish() -> Any:
+        with torch.no_grad():
+            target.copy_(staged.view(target.shape))
+        return target
+
+    return Prepared(work, dtype, finish, "torch")
+
+
+def _prepare_torch_cuda(buf: Any, out: Any) -> Prepared:
+    import torch
+
+    dtype = lookup(str(buf.dtype))
+    if out is not None:
+        _check_out(buf, out, torch.Tensor)
+    target = torch.empty_like(buf) if out is None else out
+    # .copy_ to a pinned host tensor orders after the producing stream and blocks until done.
+    host = torch.empty(buf.shape, dtype=buf.dtype, pin_memory=True)
+    host.copy_(buf.detach())
+    work = _torch_raw(host)
+
+    def finish() -> Any:
+        with torch.no_grad():
+            target.copy_(host.view(target.shape))
+        torch.cuda.current_stream(target.device).synchronize()
+        return target
+
+    return Prepared(work, dtype, finish, "torch-cuda")
+
+
+def _cai_layout(obj: Any, role: str) -> tuple[int, int, np.dtype, tuple]:
+    cai = device.cuda_interface(obj)
+    shape = tuple(cai["shape"])
+    dt = np.dtype(cai["typestr"])
+    strides = cai.get("strides")
+    if strides is not None and tuple(strides) != tuple(np.empty(shape, dt).strides):
+        raise ValueError(
+            f"{role} device array is not C-contiguous (strides {strides}); pass a contiguous "
+            "copy (cupy.ascontiguousarray / tensor.contiguous())"
+        )
+    ptr = int(cai["data"][0])
+    return ptr, int(np.prod(shape, dtype=np.int64)) * dt.itemsize, dt, shape
+
+
+def _prepare_cuda_array(buf: Any, out: Any) -> Prepared:
+    """Any object exposing only __cuda_array_interface__ (CuPy arrays and friends)."""
+    rt = device.runtime()
+    ptr, nbytes, dt, shape = _cai_layout(buf, "input")
+    dtype = from_numpy(dt)
+    if out is None:
+        empty_like = getattr(type(buf), "__compcoll_empty_like__", None)
+        if type(buf).__module__.startswith("cupy"):
+            import cupy
+
+            out = cupy.empty_like(buf)
+        elif empty_like is not None:
+            out = empty_like(buf)
+        else:
+            raise TypeError(
+                f"cannot allocate a result like {type(buf).__name__}; pass out= (a device "
+                "array of the same shape and dtype, or the input itself for in place)"
+            )
+    optr, onbytes, odt, _ = _cai_layout(out, "out")
+    if onbytes != nbytes or odt != dt:
+        raise ValueError(f"out holds {onbytes} bytes of {odt}, input {nbytes} bytes of {dt}")
+    rt.stream_synchronize(device.cuda_interface(buf).get("stream"))
+    host = rt.pinned_empty(nbytes)
+    rt.memcpy_d2h(host, ptr, nbytes)
+    work = host.view(dtype.raw)
+
+    def finish() -> Any:
+        rt.stream_synchronize(device.cuda_interface(out).get("stream"))
+        rt.memcpy_h2d(optr, host, nbytes)
+        return out
+
+    return Prepared(work, dtype, finish, "cuda-array")
+
+
+def _check_out(buf: Any, out: Any, kind: type) -> None:
+    if not isinstance(out, kind):
+        raise TypeError(f"out must be a {kind.__name__} like the input, got {type(out).__name__}")
+    if tuple(out.shape) != tuple(buf.shape) or out.dtype != buf.dtype:
+        raise ValueError(
+            f"out has shape {tuple(out.shape)} and dtype {out.dtype}; the input has shape "
+            f"{tuple(buf.shape)} and dtype {buf.dtype}"
+        )
+
+
+def prepare(buf: Any, out: Any = None) -> Prepared:
+    """Get a host working copy (or view) of ``buf``; ``out is buf`` means in place."""
+    if isinstance(buf, np.ndarray):
+        return _prepare_numpy(buf, out)
+    if _is_torch(buf):
+        return _prepare_torch_cuda(buf, out) if buf.is_cuda else _prepare_torch_cpu(buf, out)
+    if device.cuda_interface(buf) is not None:
+        return _prepare_cuda_array(buf, out)
+    raise TypeError(
+        f"unsupported buffer type {type(buf).__name__}: pass a numpy array, a torch tensor, a "
+        "CuPy array or an object with __cuda_array_interface__"
+    )
+
+
+def like(buf: Any, host: np.ndarray, dtype: DType) -> Any:
+    """A new array of ``buf``'s kind (type and device) holding ``host``'s elements."""
+    if isinstance(buf, np.ndarray):
+        return host.view(buf.dtype) if dtype.name != "bfloat16" else host.view(buf.dtype)
+    if _is_torch(buf):
+        import torch
+
+        t = torch.from_numpy(host.view(np.int16) if dtype.name == "bfloat16" else host)
+        if dtype.name == "bfloat16":
+            t = t.view(torch.bfloat16)
+        return t.to(buf.device)
+    if type(buf).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy.asarray(host)
+    raise TypeError(f"cannot build a {type(buf).__name__} result; pass host arrays")

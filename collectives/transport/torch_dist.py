@@ -1,0 +1,118 @@
+"""Transport over a torch.distributed process group (gloo on CPU, NCCL on GPU)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import DType
+from ..errors import TransportError
+from .base import Communicator, Request
+
+
+def _torch():
+    import torch
+    import torch.distributed as dist
+
+    return torch, dist
+
+
+class _WorkRequest(Request):
+    __slots__ = ("_work", "_done", "_keep")
+
+    def __init__(self, work: Any, peer: int | None, what: str, keep: object = None) -> None:
+        super().__init__(peer, what)
+        self._work = work
+        self._done = False
+        self._keep = keep
+
+    def test(self) -> bool:
+        if not self._done:
+            try:
+                self._done = bool(self._work.is_completed())
+                if self._done:
+                    self._work.wait()  # surfaces an error the work finished with
+            except RuntimeError as exc:
+                raise TransportError(f"torch.distributed error during {self.what}: {exc}") from exc
+            if self._done:
+                self._keep = None
+        return self._done
+
+
+class TorchCommunicator(Communicator):
+    """compcoll transport on a ``torch.distributed`` ProcessGroup (None = the default group)."""
+
+    engine = "torch"
+
+    def __init__(self, group: Any = None) -> None:
+        super().__init__()
+        torch, dist = _torch()
+        if not dist.is_initialized():
+            raise RuntimeError(
+                "torch.distributed is not initialized: call torch.distributed.init_process_group"
+                "(backend='gloo') first (torchrun sets the environment), or pass an MPI comm"
+            )
+        self.group = group if group is not None else dist.group.WORLD
+        self._rank = dist.get_rank(self.group)
+        self._size = dist.get_world_size(self.group)
+        self._global = [dist.get_global_rank(self.group, r) for r in range(self._size)]
+        self.backend = str(dist.get_backend(self.group))
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def _tensor(self, buf: np.ndarray):
+        torch, _ = _torch()
+        return torch.from_numpy(buf.reshape(-1).view(np.uint8))
+
+    def isend(self, buf: np.ndarray, dest: int, tag: int, what: str = "send") -> Request:
+        _, dist = _torch()
+        t = self._tensor(buf)
+        return _WorkRequest(dist.isend(t, self._global[dest], group=self.group, tag=tag),
+                            dest, what, t)
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int, what: str = "recv") -> Request:
+        _, dist = _torch()
+        t = self._tensor(buf)
+        return _WorkRequest(dist.irecv(t, self._global[source], group=self.group, tag=tag),
+                            source, what, t)
+
+    def iallgather_ints(self, values: np.ndarray, out: np.ndarray) -> Request:
+        torch, dist = _torch()
+        src = torch.from_numpy(values)
+        dst = torch.from_numpy(out.reshape(-1))
+        work = dist.all_gather_into_tensor(dst, src, group=self.group, async_op=True)
+        return _WorkRequest(work, None, "allgather of metadata", (src, dst))
+
+    def native_iallreduce(self, buf: np.ndarray, dtype: DType, op: str) -> Request:
+        """torch.distributed.all_reduce in place on ``buf`` (the engine's own algorithm)."""
+        torch, dist = _torch()
+        if dtype.name == "bfloat16":
+            t = torch.from_numpy(buf.view(np.int16)).view(torch.bfloat16)
+        else:
+            t = torch.from_numpy(buf)
+        rop = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT,
+               "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[op]
+        try:
+            work = dist.all_reduce(t, op=rop, group=self.group, async_op=True)
+        except RuntimeError as exc:
+            raise TransportError(f"torch.distributed.all_reduce failed: {exc}") from exc
+        return _WorkRequest(work, None, "torch all_reduce", t)
+
+    def split(self, ranks: list[int], timeout: float = 300.0) -> TorchCommunicator | None:
+        """A sub-group of the given group ranks (every rank must call it); None if not a member."""
+        _, dist = _torch()
+        pg = dist.new_group([self._global[r] for r in ranks], timeout=timedelta(seconds=timeout))
+        return TorchCommunicator(pg) if self._rank in ranks else None
+
+    def abort(self, code: int = 1) -> None:
+        import os
+
+        os._exit(code)
