@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import numpy as np
@@ -128,8 +129,9 @@ def reduce_scatter(buf: Any, *, op: str = "sum", comm: Any = None,
     if defaults.validate if validate is None else validate:
         _validate(c, "reduce_scatter", {"element count": n, "dtype": dtype.code,
                                         "op": _OP_CODES[op],
-                                        "my block size": blocks[c.rank][1] - blocks[c.rank][0]
-                                        if counts is None else 0}, timeout)
+                                        "counts": -1 if counts is None else
+                                        zlib.crc32(np.asarray(counts, np.int64).tobytes())},
+                  timeout)
     job = _job(c, prepared.work, dtype, op, "reduce_scatter")
     ops.prescale(job.work, dtype, op, c.size)
     Handle(ring.reduce_scatter(job, blocks), lambda: None, job.collective, timeout).wait()

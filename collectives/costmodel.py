@@ -1,3 +1,146 @@
-"""Placeholder replaced below."""
-def choose(comm, nbytes):
-    return "ring" if nbytes > 65536 else "recursive_doubling"
+"""Alpha-beta-gamma cost model of the allreduce algorithms, fitted on the live communicator.
+
+Notation (Thakur, Rabenseifner & Gropp 2005; Ben-Nun & Hoefler 2018, arXiv:1802.09941):
+p ranks, n bytes, alpha = latency per message (s), beta = transfer time per byte (s/B),
+gamma = reduction time per byte (s/B), s = pipeline segment (bytes), L = ceil(log2 p),
+p' = largest power of two <= p, and a fold cost F = 2*(alpha + n*beta) + n*gamma when
+p != p' (the extra ranks hand their vector over and get the result back).
+
+    ring                2(p-1)*alpha + 2(p-1)/p * n*beta + (p-1)/p * n*gamma
+                        (+ alpha per extra segment of a block: ceil(n/(p*s)) messages a step)
+    recursive_doubling  log2(p')*(alpha + n*beta + n*gamma) + F
+    rabenseifner        2*log2(p')*alpha + 2(p'-1)/p' * n*beta + (p'-1)/p' * n*gamma + F
+    tree                reduce + broadcast pipelined over k = ceil(n/s) segments:
+                        (L + k - 1)*(alpha + s*beta) + k*L*s*gamma      (reduce, L children)
+                        + (L + k - 1)*(alpha + s*beta)                  (broadcast)
+
+alpha and beta come from a probe: every rank exchanges messages of several sizes with its ring
+neighbours at once (so links are loaded as during a collective) and a least-squares line is
+fitted to the median times; gamma times the C++ reduction kernel. The per-rank values are
+combined (maximum: the slowest link paces a collective) so every rank holds the same model
+and "auto" picks the same algorithm everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .config import defaults
+from .dtypes import BY_NAME
+from .ops import combine
+from .transport.base import Communicator, wait_all
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """Fitted machine parameters (seconds, seconds per byte)."""
+
+    alpha: float
+    beta: float
+    gamma: float
+
+    def __post_init__(self) -> None:
+        for name in ("alpha", "beta", "gamma"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+
+def _ceil_log2(p: int) -> int:
+    return max(0, (p - 1).bit_length())
+
+
+def _fold(p: int, n: float, c: CostParams) -> float:
+    pof2 = 1 << (p.bit_length() - 1)
+    return 0.0 if p == pof2 else 2 * (c.alpha + n * c.beta) + n * c.gamma
+
+
+def predict(algorithm: str, p: int, nbytes: int, c: CostParams,
+            segment: int | None = None) -> float:
+    """Predicted seconds of one allreduce of ``nbytes`` over ``p`` ranks."""
+    if p <= 1 or nbytes <= 0:
+        return 0.0
+    s = float(segment or defaults.segment_bytes)
+    n = float(nbytes)
+    if algorithm == "ring":
+        msgs = max(1, math.ceil(n / p / s))
+        return (2 * (p - 1) * msgs * c.alpha + 2 * (p - 1) / p * n * c.beta
+                + (p - 1) / p * n * c.gamma)
+    if algorithm == "recursive_doubling":
+        lg = p.bit_length() - 1
+        return lg * (c.alpha + n * c.beta + n * c.gamma) + _fold(p, n, c)
+    if algorithm == "rabenseifner":
+        pof2 = 1 << (p.bit_length() - 1)
+        lg = pof2.bit_length() - 1
+        return (2 * lg * c.alpha + 2 * (pof2 - 1) / pof2 * n * c.beta
+                + (pof2 - 1) / pof2 * n * c.gamma + _fold(p, n, c))
+    if algorithm == "tree":
+        L = _ceil_log2(p)
+        k = max(1, math.ceil(n / s))
+        seg = min(s, n)
+        return 2 * (L + k - 1) * (c.alpha + seg * c.beta) + k * L * seg * c.gamma
+    raise ValueError(f"no cost formula for algorithm {algorithm!r}; have: {', '.join(MODELED)}")
+
+
+MODELED = ("ring", "tree", "recursive_doubling", "rabenseifner")
+
+
+def _probe_exchange(comm: Communicator, nbytes: int, reps: int) -> float:
+    p, r = comm.size, comm.rank
+    send = np.zeros(nbytes, dtype=np.uint8)
+    recv = np.empty(nbytes, dtype=np.uint8)
+    times = []
+    for _ in range(reps):
+        tag = comm.next_tag()
+        comm.barrier()
+        t0 = time.perf_counter()
+        reqs = [comm.irecv(recv, (r - 1) % p, tag, "cost-model probe"),
+                comm.isend(send, (r + 1) % p, tag, "cost-model probe")]
+        wait_all(reqs, collective="cost-model probe")
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def measure_gamma(nbytes: int = 4 << 20, reps: int = 5) -> float:
+    """Seconds per byte of the float32 sum kernel (the reduction in every algorithm)."""
+    f32 = BY_NAME["float32"]
+    a = np.ones(nbytes // 4, dtype=np.float32)
+    b = np.ones_like(a)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        combine(a, b, f32, "sum")
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) / nbytes
+
+
+def fit(comm: Communicator, sizes: tuple[int, ...] = (8, 1 << 12, 1 << 16, 1 << 20, 4 << 20),
+        reps: int = 5) -> CostParams:
+    """Fit alpha, beta (probe of ``comm``) and gamma (kernel timing); collective, same on all."""
+    if comm.size == 1:
+        return CostParams(0.0, 0.0, measure_gamma())
+    t = np.array([_probe_exchange(comm, m, reps) for m in sizes])
+    m = np.array(sizes, dtype=np.float64)
+    beta, alpha = np.polyfit(m, t, 1, w=1.0 / np.maximum(t, 1e-9))  # relative error weighting
+    mine = np.array([max(alpha, 1e-7), max(beta, 1e-12), measure_gamma()], dtype=np.float64)
+    table = comm.allgather_ints(mine.view(np.int64), collective="cost-model fit")
+    worst = table.view(np.float64).max(axis=0)  # slowest rank paces the collective
+    return CostParams(*map(float, worst))
+
+
+def params(comm: Communicator) -> CostParams:
+    """The communicator's fitted parameters, probing on first use (collective)."""
+    cached = getattr(comm, "_cost_params", None)
+    if cached is None:
+        cached = fit(comm)
+        comm._cost_params = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def choose(comm: Communicator, nbytes: int) -> str:
+    """The algorithm with the least predicted time (identical on all ranks)."""
+    c = params(comm)
+    return min(MODELED, key=lambda a: (predict(a, comm.size, nbytes, c), a))

@@ -74,6 +74,10 @@ class MPICommunicator(Communicator):
         self.max_tag = min(int(ub) if ub else 32767, 1 << 20)
         # The error handler turns MPI failures into Python exceptions instead of aborting.
         self.comm.Set_errhandler(MPI.ERRORS_RETURN)
+        if MPI.COMM_WORLD.Get_size() > 1:
+            from ..abort import install
+
+            install(lambda code: MPI.COMM_WORLD.Abort(code))
 
     @property
     def rank(self) -> int:

@@ -1,0 +1,77 @@
+"""The ``compcoll`` command line: a registry of subcommands, each in ``collectives.commands``.
+
+A subcommand is a function ``run(args) -> exit code`` registered under its words::
+
+    @command("bench allreduce", help="...", arguments=add_arguments)
+    def run(args: argparse.Namespace) -> int: ...
+
+``compcoll bench allreduce -h`` lists its options; ``python -m collectives`` is the same program.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+Runner = Callable[[argparse.Namespace], int]
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its words, one-line help, its options and the function that runs it."""
+
+    name: str
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Runner
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def command(name: str, *, help: str,
+            arguments: Callable[[argparse.ArgumentParser], None] | None = None
+            ) -> Callable[[Runner], Runner]:
+    """Register the decorated function as the subcommand ``name`` (words separated by spaces)."""
+    def register(run: Runner) -> Runner:
+        if name in COMMANDS:
+            raise ValueError(f"command {name!r} is already registered")
+        COMMANDS[name] = Command(name, help, arguments or (lambda parser: None), run)
+        return run
+    return register
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser: one nested subparser per word of each registered command."""
+    from . import commands  # noqa: F401  (importing the modules registers the commands)
+
+    root = argparse.ArgumentParser(prog="compcoll", description=__doc__.splitlines()[0])
+    groups: dict[tuple[str, ...], argparse._SubParsersAction] = {
+        (): root.add_subparsers(title="commands", metavar="COMMAND", required=True),
+    }
+    for cmd in sorted(COMMANDS.values(), key=lambda c: c.name):
+        words = tuple(cmd.name.split())
+        for depth in range(1, len(words)):
+            prefix = words[:depth]
+            if prefix not in groups:
+                parent = groups[prefix[:-1]]
+                group = parent.add_parser(prefix[-1], help=f"{' '.join(prefix)} commands")
+                groups[prefix] = group.add_subparsers(metavar="COMMAND", required=True)
+        parser = groups[words[:-1]].add_parser(words[-1], help=cmd.help, description=cmd.help)
+        cmd.arguments(parser)
+        parser.set_defaults(_command=cmd)
+    return root
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the subcommand named in ``argv`` (default ``sys.argv[1:]``); return its exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    return int(args._command.run(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

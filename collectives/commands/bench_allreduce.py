@@ -1,0 +1,224 @@
+"""``compcoll bench allreduce``: an nccl-tests-style sweep of every allreduce algorithm.
+
+For each message size and algorithm: warm-up calls, then ``-n`` calls each timed on its own
+after a barrier (the slowest rank's time per call), then, with ``-c 1``, one call on fresh
+input whose result is compared with the closed-form answer on every rank and whose bits are
+compared across ranks. The blocking ``MPI_Allreduce`` of the MPI library is always timed as
+the baseline every row is compared with.
+
+Test-only hook: ``COMPCOLL_BENCH_CORRUPT=<algo>`` flips element 0 of that algorithm's checked
+result on rank 0, which must make the row show ``#wrong >= 1`` and the command exit non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from .. import allreduce, as_communicator, costmodel, defaults, dtypes, ops
+from ..algorithms import REGISTRY
+from ..algorithms import get as get_algorithm
+from ..cli import command
+from . import bench_data as data
+from . import bench_report as report
+from .benchlib import Timing, bus_bandwidth, parse_size, size_sweep, time_calls
+from .launch import relaunch
+
+BASELINE = "MPI_Allreduce"
+DEFAULT_ALGOS = [*(a.name for a in REGISTRY.values() if a.ours), "auto", "mpi"]
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("1K"),
+                   help="smallest message (bytes; K/M/G suffixes), default 1K")
+    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("64M"),
+                   help="largest message, default 64M")
+    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size factor, default 2")
+    p.add_argument("-n", "--iters", type=int, default=20, help="timed calls per row (20)")
+    p.add_argument("-w", "--warmup", type=int, default=5, help="untimed calls first (5)")
+    p.add_argument("-c", "--check", type=int, choices=(0, 1), default=1,
+                   help="check results (1, default) or not (0)")
+    p.add_argument("--algo", default=",".join(DEFAULT_ALGOS),
+                   help=f"comma-separated algorithms (default {','.join(DEFAULT_ALGOS)})")
+    p.add_argument("--dtype", default="float32", choices=dtypes.SUPPORTED)
+    p.add_argument("--op", default="sum", choices=ops.SUPPORTED_OPS)
+    place = p.add_mutually_exclusive_group()
+    place.add_argument("--inplace", dest="inplace", action="store_true",
+                       help="out=buf: the result overwrites the input")
+    place.add_argument("--outofplace", dest="inplace", action="store_false",
+                       help="the result goes to a separate buffer (default)")
+    p.add_argument("--json", metavar="PATH", help="write metadata and rows as JSON")
+    p.add_argument("--csv", metavar="PATH", help="write the rows as CSV")
+    p.add_argument("--plot", metavar="PATH", help="plot busbw against size (matplotlib)")
+    p.add_argument("-np", dest="np", type=int, metavar="N",
+                   help="run on N ranks, re-launching under mpiexec if needed")
+
+
+def _algorithms(text: str) -> list[str]:
+    names = [a.strip() for a in text.split(",") if a.strip()]
+    for name in names:
+        if name != "auto":
+            try:
+                get_algorithm(name)
+            except ValueError as exc:
+                raise SystemExit(f"compcoll: {exc}") from None
+    return names
+
+
+def _check_engine(names: list[str], engine: str) -> None:
+    for name in names:
+        if name in REGISTRY and not REGISTRY[name].ours and name != engine:
+            raise SystemExit(f"compcoll: --algo {name} needs a {name} communicator; bench "
+                             f"allreduce runs on {engine}")
+
+
+class _Case:
+    """One message size: the buffers and the calls that reduce them."""
+
+    def __init__(self, comm: Any, dtype: dtypes.DType, op: str, count: int, inplace: bool):
+        self.comm, self.dtype, self.op, self.inplace = comm, dtype, op, inplace
+        self.send = data.empty(dtype, count)
+        self.recv = self.send if inplace else data.empty(dtype, count)
+        data.fill(self.send, comm.rank, dtype)
+
+    def call(self, name: str) -> Callable[[], object]:
+        if name == BASELINE:
+            return self._mpi_allreduce
+        return lambda: allreduce(self.send, op=self.op, algorithm=name, comm=self.comm,
+                                 out=self.recv, validate=False)
+
+    def _mpi_allreduce(self) -> None:
+        from mpi4py import MPI
+
+        # The transport's datatype and op: fp16/bf16 go through the same fp32-accumulating
+        # user op as the "mpi" algorithm, so both baselines compute the same thing.
+        from ..transport.mpi import _MPI_OPS, _MPI_TYPES, _half_op
+
+        if self.dtype.itemsize == 2 and self.dtype.is_float:
+            mtype, mop = MPI.UINT16_T, _half_op(self.op, self.dtype)
+        else:
+            mtype, mop = _MPI_TYPES[self.dtype.name], _MPI_OPS[self.op]
+        recv = [data.bits(self.recv), mtype]
+        send = MPI.IN_PLACE if self.inplace else [data.bits(self.send), mtype]
+        self.comm.comm.Allreduce(send, recv, mop)
+        if self.op == "avg":
+            self.recv /= self.comm.size
+
+    def check(self, name: str) -> tuple[int, bool]:
+        """(#wrong elements over all ranks, all ranks hold the same bits) of one fresh call."""
+        data.fill(self.send, self.comm.rank, self.dtype)
+        self.call(name)()
+        if os.environ.get("COMPCOLL_BENCH_CORRUPT") == name and self.comm.rank == 0:
+            data.corrupt(self.recv)
+        wrong = data.count_wrong(self.recv, self.comm.size, self.dtype, self.op)
+        world = self.comm.comm
+        sums = world.allgather(data.checksum(self.recv))
+        return world.allreduce(wrong), len(set(sums)) == 1
+
+
+def _row(case: _Case, name: str, timing: Timing, cost: costmodel.CostParams) -> dict[str, Any]:
+    comm, count = case.comm, len(case.send)
+    nbytes = count * case.dtype.itemsize
+    algbw = nbytes / timing.median / 1e9
+    chosen = costmodel.choose(comm, nbytes) if name == "auto" else None
+    modeled = chosen or name
+    model = costmodel.predict(modeled, comm.size, nbytes, cost) if modeled in costmodel.MODELED \
+        else None
+    return {"size": nbytes, "count": count, "type": case.dtype.name, "op": case.op,
+            "algo": name, "auto_choice": chosen,
+            "inplace": case.inplace, "time_us": timing.median * 1e6,
+            "p50_us": timing.median * 1e6, "p90_us": timing.p90 * 1e6,
+            "p99_us": timing.p99 * 1e6, "algbw_GBps": algbw,
+            "busbw_GBps": bus_bandwidth(algbw, comm.size), "ratio_vs_mpi": None,
+            "model_us": None if model is None else model * 1e6, "wrong": 0, "ranks_agree": True}
+
+
+def _progress(total: int, rank: int) -> Any:
+    if rank != 0 or not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, file=sys.stderr, leave=False, unit="row")
+
+
+@command("bench allreduce", help="time and check allreduce algorithms over a size sweep",
+         arguments=_arguments)
+def run(args: argparse.Namespace) -> int:
+    dtype = dtypes.lookup(args.dtype)
+    try:
+        op = ops.check_op(args.op, dtype)
+        sizes = [s for s in size_sweep(args.minbytes, args.maxbytes, args.stepfactor)
+                 if s >= dtype.itemsize]
+    except ValueError as exc:
+        raise SystemExit(f"compcoll: {exc}") from None
+    names = [BASELINE, *_algorithms(args.algo)]
+    if args.iters < 1 or args.warmup < 0:
+        raise SystemExit("compcoll: need -n >= 1 and -w >= 0")
+    if args.plot:
+        report.require_matplotlib()
+    code = relaunch(args.np, args.argv)
+    if code is not None:
+        return code
+    from mpi4py import MPI
+
+    comm = as_communicator(None)
+    _check_engine(names, comm.engine)
+    cost = costmodel.params(comm)
+    rank0 = comm.rank == 0
+    bar = _progress(len(sizes) * len(names), comm.rank)
+    out = bar.write if bar is not None else print
+    if rank0:
+        out(f"# compcoll bench allreduce: {comm.size} ranks, {dtype.name} {op}, "
+            f"{'in' if args.inplace else 'out of'} place, {args.iters} iters, "
+            f"{args.warmup} warm-up, check {args.check}")
+        out(report.header())
+    rows: list[dict[str, Any]] = []
+    saved, defaults.validate = defaults.validate, False  # no per-call metadata allgather
+    try:
+        for size in sizes:
+            case = _Case(comm, dtype, op, size // dtype.itemsize, args.inplace)
+            group = []
+            for name in names:
+                row = _row(case, name, time_calls(comm.comm, case.call(name), args.iters,
+                                                  args.warmup), cost)
+                if args.check:
+                    row["wrong"], row["ranks_agree"] = case.check(name)
+                group.append(row)
+                if bar is not None:
+                    bar.update()
+            base = group[0]["busbw_GBps"]
+            for row in group:
+                row["ratio_vs_mpi"] = row["busbw_GBps"] / base if base > 0 else None
+                if rank0:
+                    out(report.format_row(row))
+            rows.extend(group)
+    finally:
+        defaults.validate = saved
+        if bar is not None:
+            bar.close()
+    bad = [r for r in rows if r["wrong"] or not r["ranks_agree"]]
+    if rank0:
+        for r in bad:
+            print(f"# FAILED {r['algo']} at {r['size']} B: {r['wrong']} wrong element(s)"
+                  f"{'' if r['ranks_agree'] else ', ranks hold different results'}",
+                  file=sys.stderr)
+        meta = {"command": ["compcoll", *args.argv], "ranks": comm.size,
+                "mpi_library": " ".join(MPI.Get_library_version().splitlines()[0].split()),
+                "hostname": socket.gethostname(),
+                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "cost_params": {"alpha": cost.alpha, "beta": cost.beta, "gamma": cost.gamma}}
+        if args.json:
+            report.write_json(args.json, meta, rows)
+        if args.csv:
+            report.write_csv(args.csv, rows)
+        if args.plot:
+            report.plot(args.plot, rows, f"allreduce {dtype.name} {op}, {comm.size} ranks "
+                                         f"({meta['mpi_library']})")
+    return 1 if bad else 0

@@ -1,0 +1,125 @@
+"""``compcoll doctor``: what compcoll found on this machine, and how to fix what is missing."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..cli import command
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of the report: ``ok`` is None for an optional feature that is absent."""
+
+    ok: bool | None
+    detail: str
+    fix: str = ""
+
+
+CHECKS: dict[str, Callable[[], Finding]] = {}
+
+
+def check(name: str) -> Callable[[Callable[[], Finding]], Callable[[], Finding]]:
+    def register(fn: Callable[[], Finding]) -> Callable[[], Finding]:
+        CHECKS[name] = fn
+        return fn
+    return register
+
+
+@check("MPI library")
+def _mpi() -> Finding:
+    from mpi4py import MPI
+
+    major, minor = MPI.Get_version()
+    lib = " ".join(MPI.Get_library_version().splitlines()[0].split())
+    return Finding(True, f"{lib} (MPI {major}.{minor})")
+
+
+@check("mpiexec")
+def _mpiexec() -> Finding:
+    from .launch import find_mpiexec
+
+    path = find_mpiexec()
+    if path is None:
+        return Finding(False, "not found beside this Python nor on PATH",
+                       "pip install mpich (or install your system MPI and put mpiexec on PATH)")
+    return Finding(True, path)
+
+
+@check("mpi4py")
+def _mpi4py() -> Finding:
+    import mpi4py
+
+    return Finding(True, mpi4py.__version__)
+
+
+@check("CUDA-aware MPI")
+def _cuda_aware() -> Finding:
+    from ..device import mpi_is_cuda_aware
+
+    if mpi_is_cuda_aware():
+        return Finding(True, "yes: algorithm='mpi' hands device buffers to MPI directly")
+    return Finding(None, "no: device buffers are staged through pinned host memory",
+                   "use an MPI built with CUDA support, or set COMPCOLL_CUDA_AWARE_MPI=1 if "
+                   "yours is and the query misses it")
+
+
+@check("C++ extension")
+def _extension() -> Finding:
+    try:
+        ext = importlib.import_module("_compcoll")
+    except ImportError as exc:
+        return Finding(False, f"cannot import _compcoll ({exc})",
+                       "pip install --no-build-isolation -e . (needs a C++17 compiler and CMake)")
+    return Finding(True, f"{ext.__file__}")
+
+
+@check("OpenMP")
+def _openmp() -> Finding:
+    try:
+        ext = importlib.import_module("_compcoll")
+    except ImportError:
+        return Finding(False, "extension not built", "build the C++ extension first")
+    if ext.openmp:
+        return Finding(True, "reduction kernels use several threads")
+    return Finding(None, "not compiled in: reduction kernels run on one thread",
+                   "install an OpenMP runtime (e.g. libomp-dev / libgomp) and rebuild")
+
+
+def _module(name: str, extra: str) -> Callable[[], Finding]:
+    def probe() -> Finding:
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            return Finding(None, "not installed", f"pip install 'compcoll[{extra}]'")
+        return Finding(True, getattr(mod, "__version__", "installed"))
+    return probe
+
+
+check("torch")(_module("torch", "torch"))
+check("cupy")(_module("cupy", "cupy"))
+
+_MARK = {True: "ok", False: "MISSING", None: "missing"}
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = ("MISSING marks what compcoll needs; missing marks an optional feature. "
+                     "The exit code is non-zero when something needed is MISSING.")
+
+
+@command("doctor", help="report the MPI, extension and optional libraries compcoll found",
+         arguments=_arguments)
+def run(args: argparse.Namespace) -> int:
+    needed_missing = False
+    for name, probe in CHECKS.items():
+        try:
+            found = probe()
+        except Exception as exc:  # a broken install must not stop the rest of the report
+            found = Finding(False, f"{type(exc).__name__}: {exc}")
+        needed_missing |= found.ok is False
+        fix = f"  (fix: {found.fix})" if found.fix and found.ok is not True else ""
+        print(f"{_MARK[found.ok]:<8} {name:<15} {found.detail}{fix}")
+    return 1 if needed_missing else 0

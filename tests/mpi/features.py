@@ -1,0 +1,158 @@
+"""Everything around the matrix: sub-communicators, torch views, nonblocking, the building
+blocks (reduce_scatter, allgather, broadcast), device staging, auto, and bad input.
+Run: mpiexec -n P python tests/mpi/features.py"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from common import WORLD, Checker
+from fake_cuda import FakeDeviceArray, HostRuntime
+
+import collectives
+from collectives import MismatchError, device
+
+P, R = WORLD.size, WORLD.rank
+OURS = ["ring", "tree", "recursive_doubling", "rabenseifner"]
+
+
+def sub_communicators(chk: Checker) -> None:
+    halves = WORLD.Split(R % 2, R)
+    reverse = WORLD.Split(0, P - R)
+    for name, comm in (("halves", halves), ("reversed", reverse)):
+        for algo in OURS + ["mpi"]:
+            x = np.full(101, comm.rank + 1, dtype=np.int64)
+            y = chk.run(f"{name} {algo}", collectives.allreduce, x, algorithm=algo, comm=comm)
+            want = comm.size * (comm.size + 1) // 2
+            chk.check(y is not None and bool((y == want).all()), f"{name} {algo}: {y[:3] if y is not None else y}")
+    # Interleaving collectives on WORLD and on a sub-communicator keeps their messages apart.
+    a = collectives.iallreduce(np.ones(1000, np.float32), algorithm="ring")
+    b = collectives.iallreduce(np.ones(1000, np.float32), algorithm="ring", comm=halves)
+    chk.check(bool((b.wait() == halves.size).all()) and bool((a.wait() == P).all()), "interleaved")
+
+
+def torch_views(chk: Checker) -> None:
+    base = torch.arange(60, dtype=torch.float32).reshape(6, 10) + R
+    view = base[:, ::3]  # non-contiguous
+    want = (torch.arange(60, dtype=torch.float32).reshape(6, 10) * P + P * (P - 1) / 2)[:, ::3]
+    for algo in OURS:
+        out = chk.run(f"noncontig view {algo}", collectives.allreduce, view, algorithm=algo)
+        chk.check(out is not None and torch.equal(out, want), f"noncontig out-of-place {algo}")
+    v2 = base.clone()[:, ::3]
+    holder = base.clone()
+    inplace_view = holder[:, ::3]
+    collectives.allreduce(inplace_view, algorithm="ring", out=inplace_view)
+    chk.check(torch.equal(holder[:, ::3], want), "noncontig in place writes through the view")
+    chk.check(torch.equal(holder[:, 1::3], base[:, 1::3]), "in place leaves other elements")
+    del v2
+    t = torch.ones(7, 3, dtype=torch.bfloat16, requires_grad=False)
+    chk.check(torch.equal(collectives.allreduce(t), t * P), "bf16 tensor")
+
+
+def nonblocking(chk: Checker) -> None:
+    bufs = [np.full(5000 + i, i + R, dtype=np.float64) for i in range(6)]
+    handles = [collectives.iallreduce(b, algorithm=OURS[i % 4]) for i, b in enumerate(bufs)]
+    for _ in range(1000):
+        if all(h.test() for h in handles):
+            break
+    res = [h.wait() for h in reversed(handles)][::-1]
+    for i, r in enumerate(res):
+        chk.check(bool((r == i * P + P * (P - 1) / 2).all()), f"iallreduce #{i}")
+
+
+def building_blocks(chk: Checker) -> None:
+    n = 37
+    x = np.arange(n, dtype=np.float32) + R
+    full = np.arange(n, dtype=np.float32) * P + P * (P - 1) / 2
+    mine = collectives.reduce_scatter(x)
+    base, extra = divmod(n, P)
+    lo = R * base + min(R, extra)
+    chk.check(np.array_equal(mine, full[lo:lo + base + (R < extra)]), "reduce_scatter balanced")
+    counts = [0] * P
+    counts[-1] = n
+    mine = collectives.reduce_scatter(x, counts=counts, op="max")
+    want = np.arange(n, dtype=np.float32) + P - 1 if R == P - 1 else np.zeros(0, np.float32)
+    chk.check(np.array_equal(mine, want), "reduce_scatter with counts, empty blocks")
+    t = torch.full((R + 1, 2), float(R))
+    g = collectives.allgather(t)
+    want = torch.cat([torch.full((2 * (r + 1),), float(r)) for r in range(P)])
+    chk.check(isinstance(g, torch.Tensor) and torch.equal(g, want), "allgather variable sizes")
+    chk.check(collectives.allgather(np.zeros(0, np.int8)).size == 0, "allgather all empty")
+    for root in {0, P - 1, P // 2}:
+        b = np.full(3001, R, dtype=np.int32)
+        collectives.broadcast(b, root=root)
+        chk.check(bool((b == root).all()), f"broadcast root {root}")
+
+
+def device_staging(chk: Checker) -> None:
+    rt = HostRuntime()
+    device.set_runtime(rt)
+    try:
+        for algo in ("ring", "mpi"):
+            d = FakeDeviceArray(np.full(1000, R + 1.0, dtype=np.float32))
+            out = collectives.allreduce(d, algorithm=algo)
+            chk.check(isinstance(out, FakeDeviceArray), f"device result type {algo}")
+            chk.check(bool((out.host == P * (P + 1) / 2).all()), f"device values {algo}")
+            chk.check((d.host == R + 1.0).all(), f"device input untouched {algo}")
+            collectives.allreduce(d, algorithm=algo, out=d)
+            chk.check(bool((d.host == P * (P + 1) / 2).all()), f"device in place {algo}")
+        chk.check(rt.synced >= 2 and rt.d2h >= 2 and rt.h2d >= 2,
+                  f"stream synchronized and staged (sync {rt.synced}, d2h {rt.d2h}, h2d {rt.h2d})")
+    finally:
+        device.set_runtime(None)
+
+
+def auto_and_errors(chk: Checker) -> None:
+    for n in (1, 1000, 1 << 20):
+        x = np.ones(n, dtype=np.float32)
+        chk.check(bool((collectives.allreduce(x) == P).all()), f"auto n={n}")
+    from collectives import as_communicator, costmodel
+
+    names = WORLD.allgather([costmodel.choose(as_communicator(None), n) for n in
+                             (8, 1 << 16, 1 << 24)])
+    chk.check(all(nm == names[0] for nm in names), f"auto picks the same everywhere: {names}")
+    if P > 1:
+        n = 10 + (R == P - 1)
+        try:
+            collectives.allreduce(np.ones(n, np.float32), algorithm="ring")
+            chk.check(False, "mismatched counts not detected")
+        except MismatchError as exc:
+            chk.check("element count" in str(exc) and f"rank {P - 1}: 11" in str(exc), str(exc))
+        dt = np.float64 if R == 0 else np.float32
+        try:
+            collectives.allreduce(np.ones(4, dt))
+            chk.check(False, "mismatched dtypes not detected")
+        except MismatchError as exc:
+            chk.check("dtype" in str(exc), str(exc))
+    for bad, needle in ((dict(op="xor"), "supported: sum"), (dict(algorithm="bogus"), "available"),
+                        (dict(op="avg", buf=np.ones(3, np.int32)), "floating-point")):
+        buf = bad.pop("buf", np.ones(3, np.float32))
+        try:
+            collectives.allreduce(buf, **bad)
+            chk.check(False, f"{bad} accepted")
+        except ValueError as exc:
+            chk.check(needle in str(exc), f"{bad}: {exc}")
+    try:
+        collectives.allreduce(np.ones(3, np.complex64))
+        chk.check(False, "complex accepted")
+    except ValueError as exc:
+        chk.check("complex64" in str(exc) and "float32" in str(exc), str(exc))
+    try:
+        collectives.allreduce(np.ones(3, np.float32), out=np.ones(4, np.float32))
+        chk.check(False, "bad out accepted")
+    except ValueError as exc:
+        chk.check("shape" in str(exc), str(exc))
+    # The job is still usable after all those errors: ranks stayed in step.
+    chk.check(bool((collectives.allreduce(np.ones(9, np.int8)) == P).all()), "usable after errors")
+
+
+def main() -> None:
+    chk = Checker("features")
+    for part in (sub_communicators, torch_views, nonblocking, building_blocks, device_staging,
+                 auto_and_errors):
+        chk.run(part.__name__, part, chk)
+    chk.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""The ``compcoll`` command line: bench allreduce (checked sweep, corruption caught) and doctor."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+COLUMNS = {"size", "count", "type", "algo", "time_us", "p50_us", "p90_us", "p99_us",
+           "algbw_GBps", "busbw_GBps", "ratio_vs_mpi", "model_us", "wrong", "ranks_agree"}
+ALGOS = ["MPI_Allreduce", "ring", "tree", "recursive_doubling", "rabenseifner", "auto", "mpi"]
+SMALL = ["-n", "2", "-w", "1"]
+
+
+def compcoll(*args: str, env: dict[str, str] | None = None, timeout: float = 40
+             ) -> subprocess.CompletedProcess:
+    """Run ``python -m collectives args`` in its own process group, killed whole on timeout."""
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "COMPCOLL_BENCH_"))}
+    environ.update(env or {})
+    proc = subprocess.Popen([sys.executable, "-m", "collectives", *args], env=environ,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # mpiexec and its ranks are in the group too
+        proc.communicate()
+        pytest.fail(f"compcoll {' '.join(args)} ran past {timeout} s")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.mpi
+def test_bench_allreduce_sweep_writes_checked_rows(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    res = compcoll("bench", "allreduce", "-np", "2", "-b", "1K", "-e", "16K", "-f", "4", *SMALL,
+                   "--json", str(out), "--csv", str(tmp_path / "out.csv"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = json.loads(out.read_text())
+    assert doc["ranks"] == 2
+    assert {"command", "mpi_library", "hostname", "date", "cost_params"} <= doc.keys()
+    rows = doc["rows"]
+    assert [(r["size"], r["algo"]) for r in rows] == [
+        (size, algo) for size in (1024, 4096, 16384) for algo in ALGOS]
+    for row in rows:
+        assert COLUMNS <= row.keys()
+        assert row["wrong"] == 0 and row["ranks_agree"]
+        assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"])  # 2(p-1)/p = 1 at p = 2
+    assert all(r["model_us"] is not None for r in rows if r["algo"] not in ("MPI_Allreduce",
+                                                                            "mpi"))
+    assert "recursive_doubling" in res.stdout
+    assert (tmp_path / "out.csv").read_text().startswith("size,count,type")
+
+
+@pytest.mark.mpi
+def test_bench_allreduce_check_catches_a_corrupted_result(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    res = compcoll("bench", "allreduce", "-np", "3", "-b", "4K", "-e", "4K", *SMALL,
+                   "--algo", "ring,tree", "--dtype", "int32", "--json", str(out),
+                   env={"COMPCOLL_BENCH_CORRUPT": "ring"})
+    assert res.returncode != 0
+    rows = {r["algo"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["ring"]["wrong"] >= 1 and not rows["ring"]["ranks_agree"]
+    assert rows["tree"]["wrong"] == 0 and rows["MPI_Allreduce"]["wrong"] == 0
+    assert "FAILED ring" in res.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("dtype,op,place", [("bfloat16", "sum", "--inplace"),
+                                            ("float16", "avg", "--outofplace"),
+                                            ("uint8", "max", "--inplace")])
+def test_bench_allreduce_dtypes_ops_and_placement(dtype: str, op: str, place: str) -> None:
+    res = compcoll("bench", "allreduce", "-np", "3", "-b", "2K", "-e", "2K", *SMALL,
+                   "--algo", "ring,rabenseifner,mpi", "--dtype", dtype, "--op", op, place)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_doctor_reports_mpich() -> None:
+    res = compcoll("doctor", timeout=30)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "MPICH" in res.stdout
+    assert "C++ extension" in res.stdout
+
+
+def test_size_parsing_and_sweep() -> None:
+    from collectives.commands.benchlib import bus_bandwidth, parse_size, size_sweep
+
+    assert [parse_size(s) for s in ("1024", "1K", "64M", "1G", "8kb")] == [
+        1024, 1 << 10, 64 << 20, 1 << 30, 8 << 10]
+    assert size_sweep(1024, 16384, 4) == [1024, 4096, 16384]
+    assert size_sweep(1024, 5000, 2) == [1024, 2048, 4096]
+    assert bus_bandwidth(3.0, 4) == pytest.approx(4.5)
+    with pytest.raises(ValueError, match="factor"):
+        size_sweep(1, 8, 1)
+
+
+def test_unknown_algorithm_is_refused() -> None:
+    res = compcoll("bench", "allreduce", "--algo", "ring,bogus", "-b", "1K", "-e", "1K",
+                   timeout=30)
+    assert res.returncode != 0
+    assert "unknown algorithm 'bogus'" in res.stderr
+    assert "Traceback" not in res.stderr
