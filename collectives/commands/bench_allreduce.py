@@ -14,22 +14,19 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import socket
 import sys
-from collections.abc import Callable
 from typing import Any
 
-from .. import allreduce, as_communicator, costmodel, defaults, dtypes, ops
+from .. import as_communicator, costmodel, defaults, dtypes, ops
 from ..algorithms import REGISTRY
 from ..algorithms import get as get_algorithm
 from ..cli import command
-from . import bench_data as data
 from . import bench_report as report
+from .bench_case import BASELINE, Case
 from .benchlib import Timing, bus_bandwidth, parse_size, size_sweep, time_calls
 from .launch import relaunch
 
-BASELINE = "MPI_Allreduce"
 DEFAULT_ALGOS = [*(a.name for a in REGISTRY.values() if a.ours), "auto", "mpi"]
 
 
@@ -77,51 +74,7 @@ def _check_engine(names: list[str], engine: str) -> None:
                              f"allreduce runs on {engine}")
 
 
-class _Case:
-    """One message size: the buffers and the calls that reduce them."""
-
-    def __init__(self, comm: Any, dtype: dtypes.DType, op: str, count: int, inplace: bool):
-        self.comm, self.dtype, self.op, self.inplace = comm, dtype, op, inplace
-        self.send = data.empty(dtype, count)
-        self.recv = self.send if inplace else data.empty(dtype, count)
-        data.fill(self.send, comm.rank, dtype)
-
-    def call(self, name: str) -> Callable[[], object]:
-        if name == BASELINE:
-            return self._mpi_allreduce
-        return lambda: allreduce(self.send, op=self.op, algorithm=name, comm=self.comm,
-                                 out=self.recv, validate=False)
-
-    def _mpi_allreduce(self) -> None:
-        from mpi4py import MPI
-
-        # The transport's datatype and op: fp16/bf16 go through the same fp32-accumulating
-        # user op as the "mpi" algorithm, so both baselines compute the same thing.
-        from ..transport.mpi import _MPI_OPS, _MPI_TYPES, _half_op
-
-        if self.dtype.itemsize == 2 and self.dtype.is_float:
-            mtype, mop = MPI.UINT16_T, _half_op(self.op, self.dtype)
-        else:
-            mtype, mop = _MPI_TYPES[self.dtype.name], _MPI_OPS[self.op]
-        recv = [data.bits(self.recv), mtype]
-        send = MPI.IN_PLACE if self.inplace else [data.bits(self.send), mtype]
-        self.comm.comm.Allreduce(send, recv, mop)
-        if self.op == "avg":
-            self.recv /= self.comm.size
-
-    def check(self, name: str) -> tuple[int, bool]:
-        """(#wrong elements over all ranks, all ranks hold the same bits) of one fresh call."""
-        data.fill(self.send, self.comm.rank, self.dtype)
-        self.call(name)()
-        if os.environ.get("COMPCOLL_BENCH_CORRUPT") == name and self.comm.rank == 0:
-            data.corrupt(self.recv)
-        wrong = data.count_wrong(self.recv, self.comm.size, self.dtype, self.op)
-        world = self.comm.comm
-        sums = world.allgather(data.checksum(self.recv))
-        return world.allreduce(wrong), len(set(sums)) == 1
-
-
-def _row(case: _Case, name: str, timing: Timing, cost: costmodel.CostParams) -> dict[str, Any]:
+def _row(case: Case, name: str, timing: Timing, cost: costmodel.CostParams) -> dict[str, Any]:
     comm, count = case.comm, len(case.send)
     nbytes = count * case.dtype.itemsize
     algbw = nbytes / timing.median / 1e9
@@ -183,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     saved, defaults.validate = defaults.validate, False  # no per-call metadata allgather
     try:
         for size in sizes:
-            case = _Case(comm, dtype, op, size // dtype.itemsize, args.inplace)
+            case = Case(comm, dtype, op, size // dtype.itemsize, args.inplace)
             group = []
             for name in names:
                 row = _row(case, name, time_calls(comm.comm, case.call(name), args.iters,
