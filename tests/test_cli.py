@@ -43,6 +43,7 @@ def test_bench_allreduce_sweep_writes_checked_rows(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     doc = json.loads(out.read_text())
     assert doc["ranks"] == 2
+    assert doc["command"][:5] == ["compcoll", "bench", "allreduce", "-np", "2"]
     assert {"command", "mpi_library", "hostname", "date", "cost_params"} <= doc.keys()
     rows = doc["rows"]
     assert [(r["size"], r["algo"]) for r in rows] == [

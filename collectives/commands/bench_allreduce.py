@@ -25,7 +25,7 @@ from ..cli import command
 from . import bench_report as report
 from .bench_case import BASELINE, Case
 from .benchlib import Timing, bus_bandwidth, parse_size, size_sweep, time_calls
-from .launch import relaunch
+from .launch import relaunch, without_np
 
 DEFAULT_ALGOS = [*(a.name for a in REGISTRY.values() if a.ours), "auto", "mpi"]
 
@@ -162,7 +162,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"# FAILED {r['algo']} at {r['size']} B: {r['wrong']} wrong element(s)"
                   f"{'' if r['ranks_agree'] else ', ranks hold different results'}",
                   file=sys.stderr)
-        meta = {"command": ["compcoll", *args.argv], "ranks": comm.size,
+        argv = without_np(args.argv)  # recorded with the -np that reproduces this run
+        meta = {"command": ["compcoll", *argv[:2], "-np", str(comm.size), *argv[2:]],
+                "ranks": comm.size,
                 "mpi_library": " ".join(MPI.Get_library_version().splitlines()[0].split()),
                 "hostname": socket.gethostname(),
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
