@@ -50,7 +50,8 @@ class CudartRuntime:
         # CAI v3: None means no synchronization needed; 1/2 are the legacy/per-thread defaults.
         if stream is None:
             return
-        self._check(self.lib.cudaStreamSynchronize(ctypes.c_void_p(stream)), "cudaStreamSynchronize")
+        rc = self.lib.cudaStreamSynchronize(ctypes.c_void_p(stream))
+        self._check(rc, "cudaStreamSynchronize")
 
     def memcpy_d2h(self, dst: np.ndarray, src_ptr: int, nbytes: int) -> None:
         rc = self.lib.cudaMemcpy(ctypes.c_void_p(dst.ctypes.data), ctypes.c_void_p(src_ptr),

@@ -30,7 +30,8 @@ def allreduce(job: Job) -> Steps:
         while dist >= 1:  # recursive halving
             peer = real_rank(nr ^ dist, p)
             mid = (lo_b + hi_b) // 2
-            keep, give = ((lo_b, mid), (mid, hi_b)) if nr & dist == 0 else ((mid, hi_b), (lo_b, mid))
+            lower, upper = (lo_b, mid), (mid, hi_b)
+            keep, give = (lower, upper) if nr & dist == 0 else (upper, lower)
             ka, kb = blocks[keep[0]][0], blocks[keep[1] - 1][1]
             ga, gb = blocks[give[0]][0], blocks[give[1] - 1][1]
             what = f"recursive halving distance {dist}"

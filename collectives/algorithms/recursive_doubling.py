@@ -25,7 +25,7 @@ def fold(job: Job) -> Steps:
     else:
         tmp = job.scratch(work.size)
         recvs = [job.irecv(tmp[a:b], r - 1, "fold: vector of neighbour") for a, b in segs]
-        for req, (a, b) in zip(recvs, segs):
+        for req, (a, b) in zip(recvs, segs, strict=True):
             yield [req]
             job.combine(work[a:b], tmp[a:b])
 
@@ -72,7 +72,7 @@ def allreduce(job: Job) -> Steps:
             what = f"recursive doubling distance {mask}"
             recvs = [job.irecv(tmp[a:b], peer, what) for a, b in segs]
             sends = [job.isend(work[a:b], peer, what) for a, b in segs]
-            for rq, sq, (a, b) in zip(recvs, sends, segs):
+            for rq, sq, (a, b) in zip(recvs, sends, segs, strict=True):
                 yield [rq, sq]  # our segment is sent before we overwrite it
                 job.combine(work[a:b], tmp[a:b])
             mask <<= 1

@@ -37,7 +37,7 @@ def reduce_scatter(job: Job, blocks: list[tuple[int, int]]) -> Steps:
     for s in range(p - 1):
         upcoming = post_recvs(s + 1) if s + 1 < p - 1 else []
         lo, hi = blocks[recv_idx[s]]
-        for req, (a, b) in zip(recvs, segments(lo, hi, job.segment)):
+        for req, (a, b) in zip(recvs, segments(lo, hi, job.segment), strict=True):
             yield [req]
             job.combine(work[a:b], tmp[s % 2][a - lo:b - lo])
             if s + 1 < p - 1:  # this segment is final for this step: pass it on now
@@ -64,7 +64,7 @@ def allgather(job: Job, blocks: list[tuple[int, int]]) -> Steps:
              for a, b in segments(lo, hi, job.segment)]
     for s in range(p - 1):
         lo, hi = blocks[recv_idx[s]]
-        for req, (a, b) in zip(recvs[s], segments(lo, hi, job.segment)):
+        for req, (a, b) in zip(recvs[s], segments(lo, hi, job.segment), strict=True):
             yield [req]
             if s + 1 < p - 1:
                 sends.append(job.isend(work[a:b], right, f"ring allgather step {s + 1}"))

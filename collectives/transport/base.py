@@ -27,9 +27,16 @@ class Request(ABC):
         self.peer = peer
         self.what = what
 
+    #: True for engines whose requests only complete inside a blocking wait (gloo p2p)
+    blocking: bool = False
+
     @abstractmethod
     def test(self) -> bool:
         """Drive progress once; True when the operation has completed."""
+
+    def block(self, seconds: float) -> bool:
+        """Blocking wait of at most ``seconds``; True if completed (engines with blocking=True)."""
+        return self.test()
 
 
 def wait_all(requests: list[Request], *, collective: str, timeout: float | None = None) -> None:
@@ -45,6 +52,12 @@ def wait_all(requests: list[Request], *, collective: str, timeout: float | None 
     deadline = time.monotonic() + timeout
     spins, sleep = 0, 2e-6
     while pending:
+        if pending[0].blocking:
+            r = pending[0]
+            if not r.block(max(deadline - time.monotonic(), 1e-3)):
+                raise CollectiveTimeout(collective, r.what, r.peer, timeout)
+            pending.pop(0)
+            continue
         pending = [r for r in pending if not r.test()]
         if not pending:
             return

@@ -40,6 +40,20 @@ class _WorkRequest(Request):
                 self._keep = None
         return self._done
 
+    blocking = True  # gloo's send/recv work only completes inside wait()
+
+    def block(self, seconds: float) -> bool:
+        if self._done:
+            return True
+        try:
+            self._work.wait(timeout=timedelta(seconds=seconds))
+        except RuntimeError as exc:
+            if "imeout" in str(exc) or "timed out" in str(exc).lower():
+                return False
+            raise TransportError(f"torch.distributed error during {self.what}: {exc}") from exc
+        self._done, self._keep = True, None
+        return True
+
 
 class TorchCommunicator(Communicator):
     """compcoll transport on a ``torch.distributed`` ProcessGroup (None = the default group)."""
@@ -88,7 +102,8 @@ class TorchCommunicator(Communicator):
         torch, dist = _torch()
         src = torch.from_numpy(values)
         dst = torch.from_numpy(out.reshape(-1))
-        work = dist.all_gather_into_tensor(dst, src, group=self.group, async_op=True)
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        work = gather(dst, src, group=self.group, async_op=True)
         return _WorkRequest(work, None, "allgather of metadata", (src, dst))
 
     def native_iallreduce(self, buf: np.ndarray, dtype: DType, op: str) -> Request:

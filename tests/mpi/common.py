@@ -13,7 +13,7 @@ WORLD = MPI.COMM_WORLD
 
 
 class Checker:
-    """Collects failures on every rank; ``finish`` prints rank 0's summary and sets the exit code."""
+    """Collects failures on every rank; ``finish`` reports on rank 0 and sets the exit code."""
 
     def __init__(self, name: str, comm: MPI.Comm = WORLD) -> None:
         self.name = name

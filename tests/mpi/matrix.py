@@ -13,10 +13,11 @@ import sys
 
 import numpy as np
 import torch
-from common import WORLD, Checker
 from mpi4py import MPI
 
 import collectives
+
+from common import WORLD, Checker
 
 ALGOS = ["ring", "tree", "recursive_doubling", "rabenseifner", "mpi"]
 DTYPES = ["float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32", "int64"]

@@ -1,0 +1,68 @@
+"""The same algorithms on a torch.distributed (gloo) process group, checked against MPI.
+
+Ranks come from mpiexec; torch.distributed is initialized over TCP on localhost with a port
+chosen by rank 0 and shared through MPI. Run: mpiexec -n P python tests/mpi/torch_transport.py
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import collectives
+from collectives.transport.torch_dist import TorchCommunicator
+
+from common import WORLD, Checker
+
+P, R = WORLD.size, WORLD.rank
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    chk = Checker("torch transport")
+    port = WORLD.bcast(free_port() if R == 0 else None)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=R, world_size=P, timeout=timedelta(seconds=60))
+    group = dist.new_group(list(range(P)))
+    for comm in (None, group):  # the default group and an explicit ProcessGroup
+        c = collectives.as_communicator(comm if comm is not None else dist.group.WORLD)
+        chk.check(isinstance(c, TorchCommunicator) and c.size == P, "wrapped as torch transport")
+        for algo in ("ring", "tree", "recursive_doubling", "rabenseifner", "torch", "auto"):
+            for dtype in (torch.float32, torch.bfloat16, torch.int64):
+                for n in (0, 1, P + 1, 4099):
+                    x = (torch.arange(n) % 7 + R).to(dtype)
+                    what = f"torch {algo} {dtype} n={n}"
+                    y = chk.run(what, collectives.allreduce, x, algorithm=algo, comm=comm or
+                                dist.group.WORLD)
+                    if y is None:
+                        continue
+                    ref = np.empty(n, np.float64)
+                    WORLD.Allreduce(x.double().numpy(), ref)  # MPI_Allreduce as the oracle
+                    chk.check(np.array_equal(y.double().numpy(), ref), what)
+                    chk.identical(y.view(torch.uint8).numpy() if n else np.zeros(0), what)
+    sub = TorchCommunicator(dist.group.WORLD).split(list(range(P - 1, -1, -2)))
+    if sub is not None:
+        y = collectives.allreduce(torch.ones(10), comm=sub, algorithm="ring")
+        chk.check(bool((y == sub.size).all()), "torch sub-group")
+    try:
+        collectives.allreduce(torch.ones(3), algorithm="mpi", comm=dist.group.WORLD)
+        chk.check(False, "mpi algorithm on a torch group accepted")
+    except ValueError as exc:
+        chk.check("torch" in str(exc), str(exc))
+    dist.barrier()
+    dist.destroy_process_group()
+    chk.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""Multi-rank tests: each launches one mpiexec that runs a whole group of checks on every rank."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from mpirun import run
+
+pytestmark = pytest.mark.mpi
+
+
+def _passed(res, name: str) -> None:
+    m = re.search(rf"{name}: np=\d+ cases=(\d+) FAILURES (\d+)", res.stdout)
+    assert m, f"no summary line from {name}:\n{res.stdout[-4000:]}"
+    assert res.returncode == 0 and m.group(2) == "0", res.stdout[-6000:]
+    assert int(m.group(1)) > 0
+
+
+@pytest.mark.parametrize("np_", [1, 2, 3, 4, 5, 7, 8])
+def test_allreduce_matrix(np_: int) -> None:
+    args = ["--large"] if np_ in (3, 4) else []
+    _passed(run("matrix.py", np_, *args, timeout=400), "allreduce matrix")
+
+
+@pytest.mark.parametrize("np_", [1, 2, 3, 5])
+def test_features(np_: int) -> None:
+    _passed(run("features.py", np_, timeout=200), "features")
+
+
+@pytest.mark.parametrize("np_", [2, 3, 4])
+def test_torch_distributed_transport(np_: int) -> None:
+    _passed(run("torch_transport.py", np_, timeout=200), "torch transport")
+
+
+def test_absent_rank_times_out_naming_the_step_and_peer() -> None:
+    res = run("failures.py", 3, "timeout", timeout=60)
+    assert res.returncode == 0, res.stdout
+    lines = [ln for ln in res.stdout.splitlines() if "TIMEOUT after" in ln]
+    assert len(lines) == 2, res.stdout
+    assert any("waiting for rank 1" in ln and "ring reduce-scatter step 0" in ln for ln in lines)
+    for ln in lines:
+        assert float(re.search(r"after ([\d.]+)s", ln).group(1)) < 10
+
+
+def test_unhandled_exception_aborts_every_rank() -> None:
+    t0 = time.monotonic()
+    res = run("failures.py", 3, "raise", timeout=60)
+    assert res.returncode != 0
+    assert "deliberate failure on rank 1" in res.stdout
+    assert "aborting all ranks" in res.stdout
+    assert "finished without rank 1" not in res.stdout
+    assert time.monotonic() - t0 < 30
+
+
+def test_killed_rank_fails_the_job_instead_of_hanging() -> None:
+    t0 = time.monotonic()
+    res = run("failures.py", 3, "kill", timeout=60)
+    assert res.returncode != 0
+    assert "survived the loop" not in res.stdout
+    assert time.monotonic() - t0 < 40

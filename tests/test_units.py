@@ -1,0 +1,105 @@
+"""Single-process pieces: partitions, cost model, dtype and op checks, buffers, handles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import collectives
+from collectives import buffers, costmodel, dtypes, ops
+from collectives.algorithms import common, tree
+from collectives.errors import CollectiveTimeout
+from collectives.transport.base import Request, wait_all
+
+
+@settings(derandomize=True, max_examples=200)
+@given(n=st.integers(0, 10_000), parts=st.integers(1, 64))
+def test_partition_is_balanced_and_covers(n: int, parts: int) -> None:
+    blocks = common.partition(n, parts)
+    assert len(blocks) == parts and blocks[0][0] == 0 and blocks[-1][1] == n
+    sizes = [hi - lo for lo, hi in blocks]
+    assert max(sizes) - min(sizes) <= 1
+    assert all(blocks[i][1] == blocks[i + 1][0] for i in range(parts - 1))
+
+
+@pytest.mark.parametrize("p", range(1, 33))
+def test_binomial_tree_reaches_every_rank_once(p: int) -> None:
+    seen = {0}
+    frontier = [0]
+    while frontier:
+        v = frontier.pop()
+        for c in tree._children(v, p):
+            assert c not in seen and tree._parent(c) == v
+            seen.add(c)
+            frontier.append(c)
+    assert seen == set(range(p))
+
+
+def test_cost_model_formulas_and_choice() -> None:
+    c = costmodel.CostParams(alpha=10e-6, beta=1e-9, gamma=0.2e-9)
+    # Small messages: latency dominates, recursive doubling wins; large: bandwidth-optimal wins.
+    small = {a: costmodel.predict(a, 8, 64, c) for a in costmodel.MODELED}
+    large = {a: costmodel.predict(a, 8, 64 << 20, c) for a in costmodel.MODELED}
+    assert min(small, key=small.get) == "recursive_doubling"
+    assert min(large, key=large.get) in ("ring", "rabenseifner")
+    # Ring: 2(p-1)/p * n * beta is the bandwidth term, exactly.
+    c0 = costmodel.CostParams(0.0, 1e-9, 0.0)
+    assert costmodel.predict("ring", 4, 1 << 20, c0) == pytest.approx(1.5 * (1 << 20) * 1e-9)
+    assert costmodel.predict("ring", 1, 1 << 20, c) == 0.0
+    with pytest.raises(ValueError, match="alpha"):
+        costmodel.CostParams(-1.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="no cost formula"):
+        costmodel.predict("mpi", 4, 10, c)
+
+
+def test_dtype_and_op_errors_name_the_supported_values() -> None:
+    with pytest.raises(ValueError, match="supported: float16, bfloat16"):
+        dtypes.lookup("complex64")
+    assert dtypes.lookup("torch.bfloat16").name == "bfloat16"
+    with pytest.raises(ValueError, match="supported: sum, prod, min, max, avg"):
+        ops.check_op("xor", dtypes.lookup("float32"))
+    with pytest.raises(ValueError, match="floating-point"):
+        ops.check_op("avg", dtypes.lookup("int32"))
+
+
+def test_buffers_are_zero_copy_in_place_and_copy_out_of_place() -> None:
+    x = np.arange(10, dtype=np.float32)
+    p = buffers.prepare(x, x)
+    assert np.shares_memory(p.work, x) and p.finish() is x
+    p = buffers.prepare(x, None)
+    assert not np.shares_memory(p.work, x) and np.array_equal(p.finish(), x)
+    t = torch.arange(6, dtype=torch.bfloat16)
+    p = buffers.prepare(t, t)
+    assert p.dtype.name == "bfloat16" and p.work.dtype == np.uint16
+    assert p.work.ctypes.data == t.data_ptr()
+    with pytest.raises(TypeError, match="numpy array, a torch tensor"):
+        buffers.prepare([1, 2, 3])
+    with pytest.raises(TypeError, match="out must be a ndarray"):
+        buffers.prepare(x, torch.zeros(10))
+
+
+class _Never(Request):
+    def test(self) -> bool:
+        return False
+
+
+def test_wait_all_deadline_names_collective_step_and_peer() -> None:
+    with pytest.raises(CollectiveTimeout) as info:
+        wait_all([_Never(peer=3, what="ring allgather step 2")], collective="allreduce[ring]",
+                 timeout=0.05)
+    msg = str(info.value)
+    assert "allreduce[ring]" in msg and "ring allgather step 2" in msg and "rank 3" in msg
+    assert isinstance(info.value, TimeoutError) and info.value.peer == 3
+
+
+def test_public_api_lists_algorithms() -> None:
+    names = collectives.algorithms()
+    for a in ("ring", "tree", "recursive_doubling", "rabenseifner", "mpi", "torch"):
+        assert a in names
+    from collectives.algorithms import get
+
+    with pytest.raises(ValueError, match="available: auto, ring"):
+        get("nope")
