@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernels
+from ._util import check_indices, index_dtype
 from .arrays import storage_dtype
 from .base import Layout
 from .payload import Payload
-from ._util import check_indices, index_dtype
 
 
 def sparse_layout(numel: int, dtype: str, k: int | None) -> Layout:

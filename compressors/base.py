@@ -81,7 +81,8 @@ class Compressor:
             return None
         return sum(dt.itemsize * n for dt, n in lay.values() if n is not None and n > 0)
 
-    def bits_per_element(self, numel: int | tuple[int, ...], dtype: str = "float32") -> float | None:
+    def bits_per_element(self, numel: int | tuple[int, ...],
+                         dtype: str = "float32") -> float | None:
         """Wire bits per input element, or None when the size depends on the data."""
         nbytes = self.payload_nbytes(numel, dtype)
         count = numel if isinstance(numel, int) else int(np.prod(numel))
@@ -193,7 +194,10 @@ def _parse(value: str) -> Any:
 
 
 def get(spec: str, **params: Any) -> Compressor:
-    """Compressor by name and parameters: ``get("topk", ratio=0.01)`` or ``get("topk:ratio=0.01")``."""
+    """Compressor by name and parameters.
+
+    ``get("topk", ratio=0.01)`` and ``get("topk:ratio=0.01")`` are the same compressor.
+    """
     name, _, rest = spec.partition(":")
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, value = item.partition("=")

@@ -81,7 +81,8 @@ class ErrorFeedback:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.beta, self.gamma = float(state["beta"]), float(state["gamma"])
-        self.residuals = {k: np.asarray(v).reshape(-1).copy() for k, v in state["residuals"].items()}
+        self.residuals = {k: np.asarray(v).reshape(-1).copy()
+                          for k, v in state["residuals"].items()}
 
 
 class NoErrorFeedback(ErrorFeedback):

@@ -11,10 +11,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ._util import numel_of
 from .arrays import from_f32, to_f32
 from .base import Capabilities, Compressor, Layout, register
 from .payload import Payload
-from ._util import numel_of
 
 __all__ = ["BF16", "FP16"]
 

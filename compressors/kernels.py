@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 import _compcoll
+import numpy as np
 
 __all__ = ["dequantize", "gather", "quantize", "scatter", "select_above", "sign_pack",
            "sign_unpack", "topk_indices", "topk_sampled_indices"]

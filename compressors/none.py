@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from ._util import numel_of
 from .arrays import storage_dtype
 from .base import Capabilities, Compressor, Layout, register
 from .payload import Payload
-from ._util import numel_of
 
 __all__ = ["NoCompression"]
 

@@ -63,7 +63,8 @@ class Payload:
         """Serialize to the versioned byte format."""
         out = [MAGIC, struct.pack("<B", FORMAT_VERSION), _str8(self.compressor),
                struct.pack("<BB", _DTYPES.index(self.dtype), len(self.shape)),
-               struct.pack(f"<{len(self.shape)}Q", *self.shape), struct.pack("<B", len(self.params))]
+               struct.pack(f"<{len(self.shape)}Q", *self.shape),
+               struct.pack("<B", len(self.params))]
         for key, value in self.params.items():
             out.append(_str8(key))
             if isinstance(value, bool):
@@ -90,7 +91,8 @@ class Payload:
             raise PayloadError("not a compcoll payload (bad magic)")
         version = r.unpack("<B")
         if version != FORMAT_VERSION:
-            raise PayloadError(f"payload format version {version}, this build reads {FORMAT_VERSION}")
+            raise PayloadError(f"payload format version {version}, "
+                               f"this build reads {FORMAT_VERSION}")
         compressor = r.str8()
         dcode, ndim = r.unpack("<BB")
         if dcode >= len(_DTYPES) or ndim > MAX_NDIM:

@@ -24,11 +24,17 @@ from typing import Any
 
 import numpy as np
 
+from ._util import (
+    check_nonfinite,
+    check_range,
+    nonfinite_layout,
+    numel_of,
+    restore_nonfinite,
+    split_nonfinite,
+)
 from .arrays import from_f32, storage_dtype, to_f32
 from .base import Capabilities, Compressor, Layout, derive_seed, register
 from .payload import Payload
-from ._util import (check_nonfinite, check_range, nonfinite_layout, numel_of, restore_nonfinite,
-                    split_nonfinite)
 
 __all__ = ["PowerSGD", "PowerSGDContext", "orthogonalize"]
 

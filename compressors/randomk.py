@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 
 from . import kernels
+from ._util import check_range, index_dtype, numel_of
 from .arrays import from_f32, storage_dtype, to_f32
 from .base import Capabilities, Compressor, Layout, register
 from .payload import Payload
 from .topk import k_of
-from ._util import check_range, index_dtype, numel_of
 
 __all__ = ["RandomK", "random_indices"]
 

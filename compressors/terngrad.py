@@ -13,11 +13,17 @@ from typing import Any
 
 import numpy as np
 
+from ._util import (
+    check_bucket,
+    check_nonfinite,
+    nonfinite_layout,
+    numel_of,
+    restore_nonfinite,
+    split_nonfinite,
+)
 from .arrays import from_f32, storage_dtype, to_f32
 from .base import Capabilities, Compressor, Layout, register
 from .payload import Payload
-from ._util import (check_bucket, check_nonfinite, nonfinite_layout, numel_of, restore_nonfinite,
-                    split_nonfinite)
 
 __all__ = ["TernGrad"]
 
@@ -56,7 +62,7 @@ class TernGrad(Compressor):
         nb = bufs["scales"].size
         padded = np.zeros(nb * self.bucket_size, F32)
         padded[:x.size] = np.abs(x)
-        s = padded.reshape(nb, -1).max(axis=1, initial=np.float32(0))
+        s = padded.reshape(nb, self.bucket_size).max(axis=1, initial=np.float32(0))
         bufs["scales"][...] = s
         safe = np.where(s > 0, s, np.float32(1)).repeat(self.bucket_size)[:x.size]
         u = np.random.default_rng(seed).random(x.size, dtype=np.float32)

@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 
 from . import kernels
-from .arrays import to_f32
-from .errors import PayloadError
-from .base import Capabilities, Compressor, Layout, register
-from .payload import Payload
 from ._sparse import check_sparse, decode_sparse, fill_sparse, sparse_layout
 from ._util import check_range, numel_of
+from .arrays import to_f32
+from .base import Capabilities, Compressor, Layout, register
+from .errors import PayloadError
+from .payload import Payload
 
 __all__ = ["TopK", "k_of"]
 

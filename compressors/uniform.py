@@ -20,11 +20,17 @@ from typing import Any
 import numpy as np
 
 from . import kernels
+from ._util import (
+    check_bucket,
+    check_nonfinite,
+    nonfinite_layout,
+    numel_of,
+    restore_nonfinite,
+    split_nonfinite,
+)
 from .arrays import from_f32, storage_dtype, to_f32
 from .base import Capabilities, Compressor, Layout, register
 from .payload import Payload
-from ._util import (check_bucket, check_nonfinite, nonfinite_layout, numel_of, restore_nonfinite,
-                    split_nonfinite)
 
 __all__ = ["Uniform"]
 
