@@ -72,4 +72,4 @@ def index_dtype(numel: int) -> np.dtype:
 
 
 def numel_of(shape: tuple[int, ...]) -> int:
-    return int(np.prod(shape, dtype=np.int64)) if shape else 1
+    return math.prod(shape)

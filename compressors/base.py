@@ -132,6 +132,10 @@ class Compressor:
         if payload.compressor != self.name or dict(payload.params) != self.params:
             raise PayloadError(f"payload from {payload.compressor}{dict(payload.params)} given to "
                                f"{self.name}{self.params}")
+        # A dense result may be much larger than its payload, but not without bound: this keeps
+        # a corrupted shape from making decompress allocate terabytes.
+        if payload.numel > max(payload.nbytes, 1 << 12) << MAX_EXPANSION_BITS:
+            raise PayloadError(f"shape {payload.shape} is too large for {payload.nbytes} bytes")
         try:
             lay = self.layout(payload.shape, payload.dtype)
         except ValueError as e:
@@ -142,10 +146,6 @@ class Compressor:
             b = payload.buffers[key]
             if b.dtype != dt or b.ndim != 1 or (n is not None and n >= 0 and b.size != n):
                 raise PayloadError(f"buffer {key!r}: {b.dtype}[{b.size}], expected {dt}[{n}]")
-        # A dense result may be much larger than its payload, but not without bound: this keeps
-        # a corrupted shape from making decompress allocate terabytes.
-        if payload.numel > max(payload.nbytes, 1 << 12) << MAX_EXPANSION_BITS:
-            raise PayloadError(f"shape {payload.shape} is too large for {payload.nbytes} bytes")
         self._check(payload)
 
     def _check(self, payload: Payload) -> None:

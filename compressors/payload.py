@@ -13,6 +13,7 @@ allocates anything, so a payload can never claim more memory than it brings.
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -52,7 +53,7 @@ class Payload:
 
     @property
     def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -98,8 +99,8 @@ class Payload:
         if dcode >= len(_DTYPES) or ndim > MAX_NDIM:
             raise PayloadError(f"bad dtype code {dcode} or ndim {ndim}")
         shape = tuple(int(s) for s in struct.unpack(f"<{ndim}Q", r.take(8 * ndim)))
-        if any(s >= 2**62 for s in shape):
-            raise PayloadError("shape dimension out of range")
+        if math.prod(shape) >= 2**62:
+            raise PayloadError(f"shape {shape} holds too many elements")
         params: dict[str, Param] = {}
         for _ in range(r.unpack("<B")):
             key = r.str8()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import compressors
 
 #: One small configuration per registered compressor, exercised by the generic tests.
 CONFIGS = {
