@@ -3,7 +3,9 @@
 // Each bucket is quantized independently, so buckets are the unit of parallel work; bucket
 // sizes are multiples of 8 so every bucket starts on a byte boundary.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
+#include <cstring>
 
 #include "compress_common.h"
 
@@ -12,32 +14,67 @@ namespace {
 
 constexpr size_t kTile = 256;
 
-template <int BITS>
+inline int32_t float_to_ibits(float f) { int32_t b; std::memcpy(&b, &f, 4); return b; }
+inline float ibits_to_float(int32_t b) { float f; std::memcpy(&f, &b, 4); return f; }
+
+template <int BITS, bool STOCHASTIC>
 void quantize_bucket(const float* x, size_t len, size_t base, float mn, float inv, uint64_t seed,
-                     bool stochastic, uint8_t* out) {
+                     uint8_t* out) {
   constexpr int per = 8 / BITS;
   constexpr float top = float((1 << BITS) - 1);
-  uint8_t q[kTile];
+  const int32_t top_b = float_to_ibits(top);
+  const uint32_t s_lo = uint32_t(seed), s_hi = uint32_t(seed >> 32);
+  alignas(64) int32_t q[kTile];
   for (size_t t = 0; t < len; t += kTile) {
-    size_t m = std::min(kTile, len - t);
-    for (size_t j = 0; j < m; ++j) {
-      float xv = x[t + j];
-      float v = (xv - mn) * inv;
-      float f = std::floor(v);
-      // Round up with probability equal to the fractional part: E[code] = v (unbiased).
-      float up = stochastic ? float(counter_uniform(seed, base + t + j) < v - f)
-                            : float(v - f >= 0.5f);
-      float c = std::min(std::max(f + up, 0.0f), top);
-      q[j] = is_finite_bits(float_to_bits(xv)) ? uint8_t(c) : uint8_t(0);
+    const size_t m = std::min(kTile, len - t);
+    const float* xt = x + t;
+    const uint64_t first = base + t;
+    if (STOCHASTIC && (first >> 32) != ((first + m - 1) >> 32)) {
+      // A tile across a 2^32 index boundary (tensors beyond 4G elements): the scalar path.
+      for (size_t j = 0; j < m; ++j) {
+        float v = ibits_to_float(std::min(std::max(float_to_ibits((xt[j] - mn) * inv), 0), top_b));
+        float f = float(int32_t(v));
+        float c = std::min(f + float(counter_uniform(seed, first + j) < v - f), top);
+        q[j] = is_finite_bits(float_to_bits(xt[j])) ? int32_t(c) : 0;
+      }
+    } else {
+    // Within a tile the index's high word is constant, so the hash of (seed, index) runs on
+    // 32-bit lanes and vectorizes.
+    const uint32_t i_lo = uint32_t(first), key_hi = s_hi ^ (uint32_t(first >> 32) * 0x9e3779b9u);
+    const int mi = int(m);
+    // Every comparison below is between non-negative floats, done on their bit patterns as
+    // integers: the same order, and the loop vectorizes under the default -ftrapping-math.
+#pragma omp simd
+    for (int j = 0; j < mi; ++j) {
+      const float xv = xt[j];
+      // Clamped to [0, top] first (NaN -> 0 or top; such inputs are masked below), so
+      // truncation is floor.
+      const float v = ibits_to_float(std::min(std::max(float_to_ibits((xv - mn) * inv), 0), top_b));
+      const int32_t fi = int32_t(v);
+      const float frac = v - float(fi);
+      int32_t up;
+      if constexpr (STOCHASTIC) {
+        // Same value as counter_uniform(seed, base + t + j), written so it vectorizes.
+        const uint32_t h = mix32(mix32((i_lo + uint32_t(j)) ^ s_lo) ^ key_hi);
+        const float u = float(int32_t(h >> 8)) * (1.0f / 16777216.0f);
+        // Round up with probability equal to the fractional part: E[code] = v (unbiased).
+        up = float_to_ibits(u) < float_to_ibits(frac);
+      } else {
+        up = float_to_ibits(frac) >= float_to_ibits(0.5f);
+      }
+      const int32_t fin = (float_to_ibits(xv) & 0x7f800000) != 0x7f800000;
+      q[j] = std::min(fi + up, int32_t(top)) & -fin;
+    }
     }
     uint8_t* o = out + (t / per);
     if constexpr (BITS == 8) {
-      std::copy(q, q + m, o);
+      for (size_t j = 0; j < m; ++j) o[j] = uint8_t(q[j]);
     } else {
       for (size_t j = 0; j < (m + per - 1) / per; ++j) {
-        uint8_t byte = 0;
-        for (int s = 0; s < per && j * per + s < m; ++s) byte |= uint8_t(q[j * per + s] << (s * BITS));
-        o[j] = byte;
+        uint32_t byte = 0;
+        for (int s = 0; s < per; ++s)
+          byte |= (j * per + s < m ? uint32_t(q[j * per + s]) : 0u) << (s * BITS);
+        o[j] = uint8_t(byte);
       }
     }
   }
@@ -56,21 +93,24 @@ int64_t quantize_all(const float* x, size_t n, size_t bucket, uint64_t seed, boo
     const float* xb = x + lo;
     float mn = INFINITY, mx = -INFINITY;
     int64_t bad = 0;
+#pragma omp simd reduction(min : mn) reduction(max : mx) reduction(+ : bad)
     for (size_t i = 0; i < len; ++i) {
-      float v = xb[i];
-      bool fin = is_finite_bits(float_to_bits(v));
-      mn = fin ? std::min(mn, v) : mn;
-      mx = fin ? std::max(mx, v) : mx;
-      bad += !fin;
+      const float v = xb[i];
+      const bool fin = std::fabs(v) <= FLT_MAX;
+      mn = std::min(mn, fin ? v : INFINITY);
+      mx = std::max(mx, fin ? v : -INFINITY);
+      bad += fin ? 0 : 1;
     }
     if (mn > mx) mn = mx = 0.0f;  // nothing finite in the bucket: every code decodes to 0
     // The step is computed in double so a range near FLT_MAX does not overflow before dividing.
     float scale = float((double(mx) - double(mn)) / double((1 << BITS) - 1));
     float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    if (inv > FLT_MAX) inv = FLT_MAX;  // a subnormal step: keep (x - min) * inv finite
     mins[b] = mn;
     scales[b] = scale;
     nonfinite += bad;
-    quantize_bucket<BITS>(xb, len, lo, mn, inv, seed, stochastic, codes + lo / per);
+    if (stochastic) quantize_bucket<BITS, true>(xb, len, lo, mn, inv, seed, codes + lo / per);
+    else quantize_bucket<BITS, false>(xb, len, lo, mn, inv, seed, codes + lo / per);
   }
   return nonfinite;
 }

@@ -47,9 +47,12 @@ def quantize(x: np.ndarray, bits: int, bucket: int, seed: int, stochastic: bool)
         mn = xb[fin].min() if fin.any() else np.float32(0)
         mx = xb[fin].max() if fin.any() else np.float32(0)
         scale = np.float32((np.float64(mx) - np.float64(mn)) / (2**bits - 1))
-        inv = np.float32(1) / scale if scale > 0 else np.float32(0)
+        with np.errstate(over="ignore"):
+            inv = np.float32(1) / scale if scale > 0 else np.float32(0)
+        inv = min(inv, np.float32(np.finfo(np.float32).max))
         with np.errstate(invalid="ignore"):
             v = (xb - mn) * inv
+            v = np.minimum(np.where(v > 0, v, np.float32(0)), top)  # NaN -> 0, as the kernel
             f = np.floor(v)
             if stochastic:
                 u = counter_uniform(seed, np.arange(b * bucket, b * bucket + xb.size))
