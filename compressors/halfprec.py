@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import _compcoll
 import numpy as np
 
 from ._util import numel_of
@@ -35,9 +36,11 @@ class _HalfCast(Compressor):
                 **where: Any) -> None:
         if dtype == self.wire:
             bufs["values"][...] = flat
+        elif self.wire == "float16" and dtype == "float64":
+            bufs["values"][...] = flat  # float64 goes straight to fp16: one rounding, not two
         elif self.wire == "float16":
-            # float64 goes straight to fp16: one rounding, not two
-            bufs["values"][...] = flat if dtype == "float64" else to_f32(flat, dtype)
+            # the C++ cast (nearest even, NaN kept) is several times faster than numpy's
+            _compcoll.float_to_half(to_f32(flat, dtype), bufs["values"].view(np.uint16), 0)
         else:
             from_f32(to_f32(flat, dtype), "bfloat16", bufs["values"])
 
@@ -45,6 +48,8 @@ class _HalfCast(Compressor):
         vals = payload.buffers["values"]
         if payload.dtype == self.wire:
             out[...] = vals
+        elif out.dtype == np.float32 and out.flags.c_contiguous:
+            _compcoll.half_to_float(vals.view(np.uint16), out, 0 if self.wire == "float16" else 1)
         else:
             from_f32(to_f32(vals, self.wire), payload.dtype, out)
 
