@@ -1,0 +1,59 @@
+"""compressors: what is sent. Compressors, error feedback and the payload wire format.
+
+Example::
+
+    import compressors
+    c = compressors.get("topk:ratio=0.01")
+    ef = compressors.ErrorFeedback(c)
+    g = ef.compensate(grad, "layer1.weight")
+    payload = c.compress(g, name="layer1.weight", step=step)
+    ef.update("layer1.weight", g, payload)
+    wire = payload.to_bytes()
+    approx = compressors.decompress(compressors.Payload.from_bytes(wire))
+
+Compressors never communicate; their ``capabilities`` tell the collective what it may do
+with their payloads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import halfprec, none, powersgd, qsgd, randomk, sign, terngrad, threshold, topk, uniform
+from .arrays import ArrayInfo
+from .base import Capabilities, Compressor, available, derive_seed, get, register
+from .errors import PayloadError
+from .feedback import DGCFeedback, ErrorFeedback, NoErrorFeedback
+from .halfprec import BF16, FP16
+from .none import NoCompression
+from .payload import FORMAT_VERSION, Payload
+from .powersgd import PowerSGD, PowerSGDContext
+from .qsgd import QSGD
+from .randomk import RandomK
+from .sign import Sign
+from .terngrad import TernGrad
+from .threshold import Threshold
+from .topk import TopK
+from .uniform import Uniform
+
+del halfprec, none, powersgd, qsgd, randomk, sign, terngrad, threshold, topk, uniform
+
+__all__ = [
+    "BF16", "DGCFeedback", "FORMAT_VERSION", "FP16", "QSGD", "ArrayInfo", "Capabilities",
+    "Compressor", "ErrorFeedback", "NoCompression", "NoErrorFeedback", "Payload", "PayloadError",
+    "PowerSGD", "PowerSGDContext", "RandomK", "Sign", "TernGrad", "Threshold", "TopK", "Uniform",
+    "available", "compressor_for", "decompress", "derive_seed", "get", "register",
+]
+
+
+def compressor_for(payload: Payload) -> Compressor:
+    """The compressor a payload names, configured with its parameters."""
+    try:
+        return get(payload.compressor, **dict(payload.params))
+    except (ValueError, TypeError) as e:
+        raise PayloadError(f"payload names an unusable compressor: {e}") from None
+
+
+def decompress(payload: Payload, out: Any = None) -> Any:
+    """Decode any payload with the compressor it names."""
+    return compressor_for(payload).decompress(payload, out)

@@ -1,6 +1,11 @@
 // Compression kernels register here (quantize, sign packing, top-k, sparse scatter/gather).
-#include "common.h"
+#include "compress_common.h"
 
 namespace compcoll {
-void register_compress(nb::module_& m) { (void)m; }
+void register_compress(nb::module_& m) {
+  register_quantize(m);
+  register_sign(m);
+  register_topk(m);
+  register_sparse(m);
+}
 }  // namespace compcoll

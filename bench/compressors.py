@@ -1,0 +1,186 @@
+"""Compressor benchmark: throughput, compression ratio and error, plus kernel side-by-sides.
+
+Run: ``python bench/compressors.py --out bench/results/compressors.json`` (writes a markdown
+table next to the JSON). Throughput is GB/s of float32 input, median over repeats, with
+preallocated outputs (payload buffers reused through ``compress(out=)``, ``decompress(out=)``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import _compcoll
+import numpy as np
+
+import compressors
+from compressors import kernels
+
+SPECS = ["none", "fp16", "bf16", "uniform:bits=8", "uniform:bits=4", "uniform:bits=2",
+         "uniform:bits=8,stochastic=false", "qsgd:levels=127", "terngrad", "sign",
+         "topk:ratio=0.01", "topk:ratio=0.01,approximate=true", "randomk:ratio=0.01",
+         "threshold:tau=2.5", "powersgd:rank=4"]
+
+
+def median_time(fn: Callable[[], Any], repeats: int) -> float:
+    fn()  # warm-up: first-touch page faults and lazy allocations stay out of the timing
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def gaussian(n: int) -> np.ndarray:
+    return np.random.default_rng(0).standard_normal(n, dtype=np.float32)
+
+
+def real_gradients(n: int) -> np.ndarray | None:
+    """Gradients of a small MLP on sklearn's digits, tiled to n values (None without sklearn)."""
+    try:
+        import torch
+        from sklearn.datasets import load_digits
+    except ImportError:
+        return None
+    data = load_digits()
+    xs = torch.tensor(data.data, dtype=torch.float32) / 16
+    ys = torch.tensor(data.target)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(5):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(xs), ys).backward()
+        opt.step()
+    g = np.concatenate([p.grad.numpy().ravel() for p in model.parameters()])
+    return np.resize(g, n).astype(np.float32)
+
+
+def as_input(spec: str, x: np.ndarray) -> np.ndarray:
+    # PowerSGD needs a matrix: rows of 1024 values, as a flattened layer would be viewed.
+    return x.reshape(-1, 1024) if spec.startswith("powersgd") and x.size % 1024 == 0 else x
+
+
+def bench_compressor(spec: str, x: np.ndarray, threads: int, repeats: int) -> dict[str, Any]:
+    c = compressors.get(spec)
+    xi = as_input(spec, x)
+    _compcoll.set_num_threads(threads)
+    p = c.compress(xi, name="bench", step=0)
+    out = np.empty_like(xi)
+    tc = median_time(lambda: c.compress(xi, name="bench", step=0, out=p), repeats)
+    td = median_time(lambda: c.decompress(p, out=out), repeats)
+    diff = out.ravel().astype(np.float64) - x
+    err = float(np.linalg.norm(diff) / max(np.linalg.norm(x.astype(np.float64)), 1e-30))
+    gb = x.nbytes / 1e9
+    return {"compressor": spec, "numel": x.size, "threads": threads,
+            "compress_gbps": gb / tc, "decompress_gbps": gb / td,
+            "compress_ms": tc * 1e3, "decompress_ms": td * 1e3,
+            "ratio": x.nbytes / max(p.nbytes, 1), "rel_error": err}
+
+
+def side_by_side(x: np.ndarray, threads: int, repeats: int) -> dict[str, Any]:
+    import torch
+
+    _compcoll.set_num_threads(threads)
+    torch.set_num_threads(threads)
+    n, k = x.size, x.size // 100
+    xt = torch.from_numpy(x)
+    t_torch = median_time(lambda: torch.topk(xt.abs(), k, sorted=False), max(1, repeats // 2))
+    ref = np.sort(torch.topk(xt.abs(), k, sorted=False).indices.numpy())
+    t_exact = median_time(lambda: kernels.topk_indices(x, k), repeats)
+    same = bool(np.array_equal(kernels.topk_indices(x, k), ref))
+    t_sampled = median_time(lambda: kernels.topk_sampled_indices(x, k, 1), repeats)
+    recall = np.intersect1d(kernels.topk_sampled_indices(x, k, 1), ref).size / k
+    dst = torch.empty_like(xt)
+    t_copy = median_time(lambda: dst.copy_(xt), repeats)  # torch copies with the same threads
+    res: dict[str, Any] = {"numel": n, "threads": threads, "k": k, "torch_topk_ms": t_torch * 1e3,
+                           "exact_topk_ms": t_exact * 1e3, "exact_same_indices": same,
+                           "exact_speedup": t_torch / t_exact,
+                           "sampled_topk_ms": t_sampled * 1e3, "sampled_recall": recall,
+                           "sampled_speedup": t_torch / t_sampled, "copy_ms": t_copy * 1e3}
+    for spec in ("uniform:bits=8", "uniform:bits=8,stochastic=false", "sign"):
+        c = compressors.get(spec)
+        p = c.compress(x, name="b", step=0)
+        out = np.empty_like(x)
+        t = median_time(lambda c=c, p=p, out=out: (c.compress(x, name="b", step=0, out=p),
+                                                   c.decompress(p, out=out)), repeats)
+        res[f"{spec} roundtrip_ms"] = t * 1e3
+        res[f"{spec} vs_copy"] = t / t_copy
+    return res
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = ["# Compressor benchmark", "", f"Machine: {result['machine']}", "",
+             "| input | numel | compressor | threads | compress GB/s | decompress GB/s | ratio "
+             "| rel. error |", "|---|---|---|---|---|---|---|---|"]
+    for r in result["compressors"]:
+        lines.append(f"| {r['input']} | {r['numel']} | `{r['compressor']}` | {r['threads']} | "
+                     f"{r['compress_gbps']:.2f} | {r['decompress_gbps']:.2f} | {r['ratio']:.1f} | "
+                     f"{r['rel_error']:.3g} |")
+    lines += ["", "## Side by side (16M float32, k = 1%)", "",
+              "| threads | torch.topk ms | exact ms | speedup | same set | sampled ms | speedup "
+              "| recall | copy ms | uniform8 rt/copy | uniform8 nearest rt/copy | sign rt/copy |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in result["side_by_side"]:
+        lines.append(
+            f"| {s['threads']} | {s['torch_topk_ms']:.1f} | {s['exact_topk_ms']:.1f} | "
+            f"{s['exact_speedup']:.1f}x | {s['exact_same_indices']} | {s['sampled_topk_ms']:.1f} | "
+            f"{s['sampled_speedup']:.1f}x | {s['sampled_recall']:.3f} | {s['copy_ms']:.1f} | "
+            f"{s['uniform:bits=8 vs_copy']:.2f} | "
+            f"{s['uniform:bits=8,stochastic=false vs_copy']:.2f} | {s['sign vs_copy']:.2f} |")
+    if result.get("skipped"):
+        lines += ["", "Skipped: " + "; ".join(result["skipped"])]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("bench/results/compressors.json"))
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1 << 20, 1 << 24])
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--specs", nargs="+", default=SPECS)
+    args = ap.parse_args(argv)
+    result: dict[str, Any] = {
+        "machine": f"{platform.processor() or platform.machine()}, "
+                   f"python {sys.version.split()[0]}, openmp={_compcoll.openmp}",
+        "compressors": [], "side_by_side": [], "skipped": []}
+    for n in args.sizes:
+        inputs = {"gaussian": gaussian(n)}
+        real = real_gradients(n)
+        if real is None:
+            result["skipped"].append("real gradients (scikit-learn is not installed)")
+        else:
+            inputs["mlp-digits"] = real
+        for label, x in inputs.items():
+            for spec in args.specs:
+                for th in args.threads:
+                    reps = args.repeats if n <= 1 << 22 else max(3, args.repeats // 2)
+                    r = bench_compressor(spec, x, th, reps)
+                    r["input"] = label
+                    result["compressors"].append(r)
+                    print(f"{label:10s} {n:>9d} {spec:34s} t={th} "
+                          f"C {r['compress_gbps']:6.2f} GB/s  D {r['decompress_gbps']:6.2f} GB/s  "
+                          f"ratio {r['ratio']:7.1f}  err {r['rel_error']:.3g}", flush=True)
+    big = gaussian(max(args.sizes))
+    for th in args.threads:
+        s = side_by_side(big, th, args.repeats)
+        result["side_by_side"].append(s)
+        print(json.dumps(s), flush=True)
+    _compcoll.set_num_threads(1)
+    result["skipped"] = sorted(set(result["skipped"]))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    args.out.with_suffix(".md").write_text(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

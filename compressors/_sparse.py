@@ -1,0 +1,39 @@
+"""Shared encode/decode of (indices, values) payloads."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import kernels
+from ._util import check_indices, index_dtype
+from .arrays import storage_dtype
+from .base import Layout
+from .payload import Payload
+
+
+def sparse_layout(numel: int, dtype: str, k: int | None) -> Layout:
+    return {"indices": (index_dtype(numel), k), "values": (storage_dtype(dtype), k)}
+
+
+def fill_sparse(flat: np.ndarray, idx: np.ndarray, bufs: dict[str, np.ndarray]) -> None:
+    """Store indices (narrowed to the layout's dtype) and the exact original values."""
+    dt = index_dtype(flat.size)
+    if "indices" in bufs and bufs["indices"].size == idx.size:
+        bufs["indices"][...] = idx
+    else:
+        bufs["indices"] = idx.astype(dt)
+    if "values" in bufs and bufs["values"].size == idx.size:
+        kernels.gather(flat, bufs["indices"], bufs["values"])
+    else:
+        bufs["values"] = kernels.gather(flat, bufs["indices"])
+
+
+def decode_sparse(payload: Payload, out: np.ndarray) -> None:
+    """out = 0 everywhere except out[indices] = values."""
+    out.fill(0)
+    kernels.scatter(out, payload.buffers["indices"], payload.buffers["values"])
+
+
+def check_sparse(payload: Payload) -> None:
+    b = payload.buffers
+    check_indices(b["indices"], b["values"], payload.numel, "indices")

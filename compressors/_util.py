@@ -1,0 +1,75 @@
+"""Helpers shared by the compressor implementations (parameter checks, non-finite side list)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .base import NONFINITE, Layout
+from .errors import PayloadError
+from .payload import Payload
+
+NF_IDX, NF_VAL = "nf_idx", "nf_val"
+
+
+def check_range(obj: Any, name: str, lo: float, hi: float, *, lo_open: bool = False,
+                integer: bool = False) -> None:
+    """Raise ValueError naming the parameter and its allowed range; normalise the type."""
+    v = getattr(obj, name)
+    ok_type = isinstance(v, int) if integer else isinstance(v, int | float)
+    if isinstance(v, bool) or not ok_type or not math.isfinite(v) or v > hi or v < lo or (
+            lo_open and v == lo):
+        rng = f"{'(' if lo_open else '['}{lo}, {hi}]"
+        kind = "an integer" if integer else "a number"
+        raise ValueError(f"{type(obj).__name__}: {name} must be {kind} in {rng}, got {v!r}")
+    if not integer:
+        object.__setattr__(obj, name, float(v))
+
+
+def check_bucket(obj: Any) -> None:
+    check_range(obj, "bucket_size", 8, 2**30, integer=True)
+    if obj.bucket_size % 8:
+        raise ValueError(f"{type(obj).__name__}: bucket_size must be a multiple of 8, "
+                         f"got {obj.bucket_size}")
+
+
+def nonfinite_layout(lay: Layout, storage: np.dtype) -> Layout:
+    lay[NF_IDX] = (np.dtype(np.int64), NONFINITE)
+    lay[NF_VAL] = (storage, NONFINITE)
+    return lay
+
+
+def split_nonfinite(x32: np.ndarray, flat: np.ndarray, count: int, bufs: dict) -> None:
+    """Record the positions and exact original values of NaN/Inf entries (count of them)."""
+    idx = np.flatnonzero(~np.isfinite(x32)) if count else np.empty(0, np.int64)
+    bufs[NF_IDX] = idx.astype(np.int64)
+    bufs[NF_VAL] = flat[idx]
+
+
+def restore_nonfinite(payload: Payload, out: np.ndarray) -> None:
+    idx = payload.buffers[NF_IDX]
+    if idx.size:
+        out[idx] = payload.buffers[NF_VAL]
+
+
+def check_indices(idx: np.ndarray, vals: np.ndarray, numel: int, what: str) -> None:
+    """Index lists must be strictly ascending, in range, and as long as their values."""
+    if idx.size != vals.size:
+        raise PayloadError(f"{what}: {idx.size} indices but {vals.size} values")
+    if idx.size and (idx[0] < 0 or idx[-1] >= numel or np.any(np.diff(idx) <= 0)):
+        raise PayloadError(f"{what}: indices must be ascending within [0, {numel})")
+
+
+def check_nonfinite(payload: Payload) -> None:
+    check_indices(payload.buffers[NF_IDX], payload.buffers[NF_VAL], payload.numel, "nf_idx")
+
+
+def index_dtype(numel: int) -> np.dtype:
+    """int32 indices while they fit, int64 beyond 2**31 elements."""
+    return np.dtype(np.int32) if numel < 2**31 else np.dtype(np.int64)
+
+
+def numel_of(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)

@@ -1,0 +1,116 @@
+"""Array adapters: numpy, torch (CPU, CUDA) and CuPy in, the caller's type out.
+
+Compressors work on flat host numpy arrays. numpy has no bfloat16, so bf16 data is held as
+the uint16 bit patterns with the logical dtype carried next to it (``"bfloat16"``). torch and
+CuPy are imported lazily: only when the caller hands over one of their arrays.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FLOAT_DTYPES", "ArrayInfo", "from_f32", "from_host", "storage_dtype", "to_f32",
+           "to_host"]
+
+#: Logical dtypes a compressor accepts, with the numpy dtype that stores them.
+FLOAT_DTYPES: dict[str, np.dtype] = {
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(np.uint16),
+    "float32": np.dtype(np.float32),
+    "float64": np.dtype(np.float64),
+}
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    """Where an array came from, so a result can be handed back in the same form."""
+
+    kind: str  # "numpy", "torch" or "cupy"
+    dtype: str  # a key of FLOAT_DTYPES
+    shape: tuple[int, ...]
+    device: Any = None
+
+
+def storage_dtype(dtype: str) -> np.dtype:
+    """numpy dtype that holds a logical dtype (uint16 for bfloat16)."""
+    try:
+        return FLOAT_DTYPES[dtype]
+    except KeyError:
+        raise ValueError(f"dtype must be one of {sorted(FLOAT_DTYPES)}, got {dtype!r}") from None
+
+
+def _is_torch(x: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _is_cupy(x: Any) -> bool:
+    cupy = sys.modules.get("cupy")
+    return cupy is not None and isinstance(x, cupy.ndarray)
+
+
+def to_host(x: Any) -> tuple[np.ndarray, ArrayInfo]:
+    """Host numpy view of x (zero-copy for numpy and CPU torch) and where it came from."""
+    if _is_torch(x):
+        import torch
+
+        name = str(x.dtype).removeprefix("torch.")
+        storage_dtype(name)
+        t = x.detach()
+        device = t.device
+        if device.type != "cpu":
+            t = t.cpu()  # device tensors are staged through host memory
+        if name == "bfloat16":
+            arr = t.contiguous().view(torch.int16).numpy().view(np.uint16)
+        else:
+            arr = t.contiguous().numpy()
+        return arr, ArrayInfo("torch", name, tuple(x.shape), device)
+    if _is_cupy(x):
+        storage_dtype(str(x.dtype))
+        return x.get(), ArrayInfo("cupy", str(x.dtype), tuple(x.shape), x.device)
+    arr = np.asarray(x)
+    if arr.dtype == np.uint16:
+        raise ValueError("uint16 arrays are ambiguous: pass bfloat16 data as a torch tensor")
+    storage_dtype(str(arr.dtype))
+    return arr, ArrayInfo("numpy", str(arr.dtype), tuple(arr.shape))
+
+
+def from_host(arr: np.ndarray, info: ArrayInfo) -> Any:
+    """Hand a host array back in the caller's type, dtype and device."""
+    if info.kind == "torch":
+        import torch
+
+        if info.dtype == "bfloat16":
+            t = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
+        else:
+            t = torch.from_numpy(arr)
+        return t if info.device is None or info.device.type == "cpu" else t.to(info.device)
+    if info.kind == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(info.device):
+            return cupy.asarray(arr)
+    return arr
+
+
+def to_f32(flat: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 working copy of a flat array (no copy when it is float32 already)."""
+    if dtype == "float32":
+        return np.ascontiguousarray(flat)
+    if dtype == "bfloat16":
+        return (flat.astype(np.uint32) << 16).view(np.float32)
+    return flat.astype(np.float32)
+
+
+def from_f32(x32: np.ndarray, dtype: str, out: np.ndarray) -> None:
+    """Round a float32 array into out's storage dtype (nearest even; NaN stays NaN)."""
+    if dtype == "bfloat16":
+        import _compcoll
+
+        _compcoll.float_to_half(np.ascontiguousarray(x32), out, 1)
+    elif out is not x32:
+        out[...] = x32

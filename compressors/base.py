@@ -1,0 +1,215 @@
+"""The compressor interface, its declared capabilities, and the registry by name."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+from .arrays import ArrayInfo, from_host, storage_dtype, to_host
+from .errors import PayloadError
+from .payload import Payload
+
+__all__ = ["Capabilities", "Compressor", "available", "derive_seed", "get", "register"]
+
+Layout = dict[str, tuple[np.dtype, int | None]]
+#: Layout length of a buffer that is empty for finite input (non-finite values go there).
+NONFINITE = -1
+#: Largest ratio of decoded elements to wire bytes a payload may claim, as a power of two.
+MAX_EXPANSION_BITS = 16
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a compressor's payloads allow; collectives choose the algorithm from this.
+
+    ``allreduce_steps`` names the summable allreduce rounds of a multi-step method such as
+    PowerSGD (empty for single-payload methods).
+    """
+
+    summable: bool
+    sparse: bool
+    same_size_on_all_ranks: bool
+    needs_shared_seed: bool
+    allreduce_steps: tuple[str, ...] = ()
+
+
+def derive_seed(seed: int, name: str, step: int) -> int:
+    """64-bit seed from (seed, tensor name, step), identical in every process.
+
+    blake2b rather than Python's ``hash()``, which is salted per process and would give every
+    rank different random choices.
+    """
+    h = hashlib.blake2b(f"{seed}\x00{name}\x00{step}".encode(), digest_size=8)
+    return int.from_bytes(h.digest(), "little")
+
+
+class Compressor:
+    """Base class: ``compress(x, name=, step=) -> Payload`` and ``decompress(payload)``.
+
+    Subclasses are frozen dataclasses (their fields are the configuration, validated in
+    ``__post_init__``) and implement ``capabilities``, ``layout``, ``_encode`` and ``_decode``
+    on flat host arrays. The base class handles array types, dtypes and buffer checks.
+    """
+
+    name: ClassVar[str] = ""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        raise TypeError(f"{type(self).__name__} does not declare its capabilities")
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+
+    def layout(self, shape: tuple[int, ...], dtype: str) -> Layout:
+        """Wire buffers as name -> (dtype, length).
+
+        Length None: depends on the data; NONFINITE: empty unless the input has NaN/Inf.
+        """
+        raise TypeError(f"{type(self).__name__} does not declare its layout")
+
+    def payload_nbytes(self, numel: int | tuple[int, ...], dtype: str = "float32") -> int | None:
+        """Wire bytes for a finite tensor (a flat numel or a shape); None when data dependent."""
+        shape = (numel,) if isinstance(numel, int) else tuple(numel)
+        lay = self.layout(shape, dtype)
+        if any(n is None for _, n in lay.values()):
+            return None
+        return sum(dt.itemsize * n for dt, n in lay.values() if n is not None and n > 0)
+
+    def bits_per_element(self, numel: int | tuple[int, ...],
+                         dtype: str = "float32") -> float | None:
+        """Wire bits per input element, or None when the size depends on the data."""
+        nbytes = self.payload_nbytes(numel, dtype)
+        count = numel if isinstance(numel, int) else int(np.prod(numel))
+        return None if nbytes is None or count == 0 else 8.0 * nbytes / count
+
+    def compress(self, x: Any, *, name: str, step: int = 0, out: Payload | None = None) -> Payload:
+        """Compress x; reuse ``out``'s buffers when given (no page faults on the hot path)."""
+        host, info = to_host(x)
+        flat = host.reshape(-1)
+        lay = self.layout(info.shape, info.dtype)
+        bufs: dict[str, np.ndarray] = {}
+        for key, (dt, n) in lay.items():
+            if n is None or n < 0:
+                continue
+            old = out.buffers.get(key) if out is not None else None
+            ok = old is not None and old.dtype == dt and old.size == n and old.flags.writeable
+            bufs[key] = old if ok else np.empty(n, dtype=dt)
+        seed = derive_seed(getattr(self, "seed", 0), name, step)
+        self._encode(flat, info.dtype, seed, bufs, name=name, shape=info.shape)
+        return Payload(self.name, info.dtype, info.shape, self.params, bufs, origin=info)
+
+    def decompress(self, payload: Payload, out: Any = None) -> Any:
+        """Decode a payload; into ``out`` when given, else a new array of the caller's type."""
+        self.check(payload)
+        st = storage_dtype(payload.dtype)
+        if out is None:
+            flat = np.empty(payload.numel, dtype=st)
+            self._decode(payload, flat)
+            info = payload.origin or ArrayInfo("numpy", payload.dtype, payload.shape)
+            if info.kind == "numpy" and payload.dtype == "bfloat16":
+                info = ArrayInfo("numpy", "bfloat16", payload.shape)  # bit patterns, uint16
+            return from_host(flat.reshape(payload.shape), info)
+        host, info = to_host(out)
+        if info.dtype != payload.dtype or host.size != payload.numel:
+            raise ValueError(f"out is {info.dtype} with {host.size} elements, payload is "
+                             f"{payload.dtype} with {payload.numel}")
+        flat = host.reshape(-1)
+        if not np.shares_memory(flat, host) and host.size:
+            raise ValueError("out must be contiguous")
+        self._decode(payload, flat)
+        if info.kind == "cupy" or (info.kind == "torch" and info.device.type != "cpu"):
+            out[...] = from_host(flat.reshape(payload.shape), info)
+        return out
+
+    def check(self, payload: Payload) -> None:
+        """Raise PayloadError unless the payload is one this compressor made, intact."""
+        if payload.compressor != self.name or dict(payload.params) != self.params:
+            raise PayloadError(f"payload from {payload.compressor}{dict(payload.params)} given to "
+                               f"{self.name}{self.params}")
+        # A dense result may be much larger than its payload, but not without bound: this keeps
+        # a corrupted shape from making decompress allocate terabytes.
+        if payload.numel > max(payload.nbytes, 1 << 12) << MAX_EXPANSION_BITS:
+            raise PayloadError(f"shape {payload.shape} is too large for {payload.nbytes} bytes")
+        try:
+            lay = self.layout(payload.shape, payload.dtype)
+        except ValueError as e:
+            raise PayloadError(str(e)) from None
+        if set(lay) != set(payload.buffers):
+            raise PayloadError(f"buffers {sorted(payload.buffers)}, expected {sorted(lay)}")
+        for key, (dt, n) in lay.items():
+            b = payload.buffers[key]
+            if b.dtype != dt or b.ndim != 1 or (n is not None and n >= 0 and b.size != n):
+                raise PayloadError(f"buffer {key!r}: {b.dtype}[{b.size}], expected {dt}[{n}]")
+        self._check(payload)
+
+    def _check(self, payload: Payload) -> None:
+        """Checks beyond the layout (index ranges, variable lengths)."""
+
+    def _encode(self, flat: np.ndarray, dtype: str, seed: int, bufs: dict[str, np.ndarray],
+                **where: Any) -> None:
+        raise TypeError(f"{type(self).__name__} cannot compress")
+
+    def _decode(self, payload: Payload, out: np.ndarray) -> None:
+        raise TypeError(f"{type(self).__name__} cannot decompress")
+
+
+_REGISTRY: dict[str, type[Compressor]] = {}
+C = TypeVar("C", bound=type[Compressor])
+
+
+def register(name: str) -> Callable[[C], C]:
+    """Class decorator: make a compressor available as ``get(name)``."""
+
+    def deco(cls: C) -> C:
+        if name in _REGISTRY:
+            raise ValueError(f"compressor {name!r} is registered twice")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def available() -> list[str]:
+    """Names of the registered compressors."""
+    return sorted(_REGISTRY)
+
+
+def _parse(value: str) -> Any:
+    low = value.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for conv in (int, float):
+        try:
+            return conv(value)
+        except ValueError:
+            pass
+    return value
+
+
+def get(spec: str, **params: Any) -> Compressor:
+    """Compressor by name and parameters.
+
+    ``get("topk", ratio=0.01)`` and ``get("topk:ratio=0.01")`` are the same compressor.
+    """
+    name, _, rest = spec.partition(":")
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ValueError(f"bad compressor option {item!r} in {spec!r}: expected key=value")
+        params.setdefault(key.strip(), _parse(value.strip()))
+    try:
+        cls = _REGISTRY[name.strip()]
+    except KeyError:
+        raise ValueError(f"unknown compressor {name!r}; available: {available()}") from None
+    known = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = set(params) - known
+    if unknown:
+        raise ValueError(f"{name} has no parameter(s) {sorted(unknown)}; it takes {sorted(known)}")
+    return cls(**params)

@@ -1,0 +1,134 @@
+"""Error feedback: keep what compression dropped and add it to the next gradient.
+
+EF-SGD (Seide et al. 2014; Karimireddy et al. 2019): ``compensate`` returns
+gamma * g + beta * e, ``update`` sets e = g' - D(C(g')). With beta = gamma = 1 the sum of
+everything sent plus the final residual equals the sum of all gradients (telescoping).
+``DGCFeedback`` is Deep Gradient Compression's momentum correction and factor masking
+(Lin et al. 2018). Residuals live in host numpy arrays keyed by tensor name, kept in float32
+(float64 for float64 tensors) so fp16/bf16 rounding does not pile up in them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .arrays import ArrayInfo, from_host, to_f32, to_host
+from .base import Compressor
+from .payload import Payload
+
+__all__ = ["DGCFeedback", "ErrorFeedback", "NoErrorFeedback"]
+
+
+def _wide(x: Any) -> tuple[np.ndarray, ArrayInfo]:
+    host, info = to_host(x)
+    flat = host.reshape(-1)
+    wide = flat.astype(np.float64) if info.dtype == "float64" else to_f32(flat, info.dtype)
+    return wide, info
+
+
+def _narrow(wide: np.ndarray, info: ArrayInfo) -> Any:
+    from .arrays import from_f32, storage_dtype
+
+    out = np.empty(wide.size, storage_dtype(info.dtype))
+    from_f32(wide, info.dtype, out)
+    return from_host(out.reshape(info.shape), info)
+
+
+class ErrorFeedback:
+    """Residual memory around a compressor: compensate -> compress -> update."""
+
+    def __init__(self, compressor: Compressor, beta: float = 1.0, gamma: float = 1.0) -> None:
+        for key, v in (("beta", beta), ("gamma", gamma)):
+            if not (isinstance(v, int | float) and math.isfinite(v) and 0.0 <= v <= 1e6):
+                raise ValueError(f"ErrorFeedback: {key} must be a number in [0, 1e6], got {v!r}")
+        self.compressor, self.beta, self.gamma = compressor, float(beta), float(gamma)
+        self.residuals: dict[str, np.ndarray] = {}
+
+    def compensate(self, x: Any, name: str) -> Any:
+        """gamma * x + beta * residual[name], in x's type."""
+        wide, info = _wide(x)
+        res = self.residuals.get(name)
+        if self.gamma != 1.0:
+            wide = wide * wide.dtype.type(self.gamma)
+        if res is not None and res.size == wide.size:
+            wide = wide + (res if self.beta == 1.0 else res * res.dtype.type(self.beta))
+        return _narrow(wide, info)
+
+    def update(self, name: str, compensated: Any, payload: Payload) -> None:
+        """residual[name] = compensated - decompress(payload)."""
+        wide, _ = _wide(compensated)
+        sent, _ = _wide(self.compressor.decompress(payload))
+        res = wide - sent
+        # NaN/Inf went out with the payload (so the step can be skipped); keeping them would
+        # poison every later step.
+        res[~np.isfinite(res)] = 0
+        self.residuals[name] = res
+
+    def step(self, x: Any, name: str, step: int = 0) -> Payload:
+        """compensate, compress and update in one call."""
+        comp = self.compensate(x, name)
+        payload = self.compressor.compress(comp, name=name, step=step)
+        self.update(name, comp, payload)
+        return payload
+
+    def state_dict(self) -> dict[str, Any]:
+        """Residuals as plain numpy arrays (no process group, picklable, rank-independent)."""
+        return {"beta": self.beta, "gamma": self.gamma,
+                "residuals": {k: v.copy() for k, v in self.residuals.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.beta, self.gamma = float(state["beta"]), float(state["gamma"])
+        self.residuals = {k: np.asarray(v).reshape(-1).copy()
+                          for k, v in state["residuals"].items()}
+
+
+class NoErrorFeedback(ErrorFeedback):
+    """Identity twin: no memory, compensate returns x itself."""
+
+    def compensate(self, x: Any, name: str) -> Any:
+        return x
+
+    def update(self, name: str, compensated: Any, payload: Payload) -> None:
+        pass
+
+
+class DGCFeedback(ErrorFeedback):
+    """DGC momentum correction: u = m u + g, v = v + u; send from v, then zero u and v where
+    values were sent (momentum factor masking) and keep v's remainder."""
+
+    def __init__(self, compressor: Compressor, momentum: float = 0.9) -> None:
+        super().__init__(compressor)
+        if not (isinstance(momentum, int | float) and 0.0 <= momentum < 1.0):
+            raise ValueError(f"DGCFeedback: momentum must be in [0, 1), got {momentum!r}")
+        self.momentum = float(momentum)
+        self.velocities: dict[str, np.ndarray] = {}
+
+    def compensate(self, x: Any, name: str) -> Any:
+        wide, info = _wide(x)
+        u = self.velocities.get(name)
+        u = wide if u is None or u.size != wide.size else u * u.dtype.type(self.momentum) + wide
+        self.velocities[name] = u
+        v = self.residuals.get(name)
+        return _narrow(u if v is None or v.size != u.size else v + u, info)
+
+    def update(self, name: str, compensated: Any, payload: Payload) -> None:
+        super().update(name, compensated, payload)
+        sent, _ = _wide(self.compressor.decompress(payload))
+        mask = sent != 0
+        self.velocities[name][mask] = 0
+        self.residuals[name][mask] = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["momentum"] = self.momentum
+        state["velocities"] = {k: v.copy() for k, v in self.velocities.items()}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.momentum = float(state["momentum"])
+        self.velocities = {k: np.asarray(v).reshape(-1).copy()
+                           for k, v in state["velocities"].items()}

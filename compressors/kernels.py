@@ -1,0 +1,65 @@
+"""Thin typed wrappers over the C++ kernels in ``_compcoll`` (float32, host memory)."""
+
+from __future__ import annotations
+
+import _compcoll
+import numpy as np
+
+__all__ = ["dequantize", "gather", "quantize", "scatter", "select_above", "sign_pack",
+           "sign_unpack", "topk_indices", "topk_sampled_indices"]
+
+
+def quantize(x: np.ndarray, codes: np.ndarray, mins: np.ndarray, scales: np.ndarray, bits: int,
+             bucket_size: int, seed: int, stochastic: bool) -> int:
+    """Bucketed min-max quantization into packed codes; returns the non-finite count."""
+    return _compcoll.quantize(x, codes, mins, scales, bits, bucket_size, seed, stochastic)
+
+
+def dequantize(codes: np.ndarray, mins: np.ndarray, scales: np.ndarray, out: np.ndarray,
+               bits: int, bucket_size: int) -> None:
+    _compcoll.dequantize(codes, mins, scales, out, bits, bucket_size)
+
+
+def sign_pack(x: np.ndarray, bits: np.ndarray, scales: np.ndarray, bucket_size: int) -> int:
+    """Sign bits plus per-bucket mean |x|; returns the non-finite count."""
+    return _compcoll.sign_pack(x, bits, scales, bucket_size)
+
+
+def sign_unpack(bits: np.ndarray, scales: np.ndarray, out: np.ndarray, bucket_size: int) -> None:
+    _compcoll.sign_unpack(bits, scales, out, bucket_size)
+
+
+def topk_indices(x: np.ndarray, k: int) -> np.ndarray:
+    """Ascending indices of the exact top-k by magnitude (ties to the lower index)."""
+    return _compcoll.topk_indices(x, k)
+
+
+def topk_sampled_indices(x: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """Ascending indices above a threshold estimated from a seeded sample (about k)."""
+    return _compcoll.topk_sampled_indices(x, k, seed)
+
+
+def select_above(x: np.ndarray, tau: float) -> np.ndarray:
+    return _compcoll.select_above(x, tau)
+
+
+def gather(x: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """out[j] = x[idx[j]]; float32/float64 through the kernel, other dtypes through numpy."""
+    if x.dtype not in (np.float32, np.float64):
+        if out is None:
+            return x[idx]
+        out[...] = x[idx]
+        return out
+    out = np.empty(idx.size, x.dtype) if out is None else out
+    _compcoll.gather(x, idx, out)
+    return out
+
+
+def scatter(out: np.ndarray, idx: np.ndarray, vals: np.ndarray, accumulate: bool = False) -> None:
+    """out[idx] = vals (or += in list order)."""
+    if out.dtype in (np.float32, np.float64) and vals.dtype == out.dtype:
+        _compcoll.scatter(out, idx, vals, accumulate)
+    elif accumulate:
+        np.add.at(out, idx, vals)
+    else:
+        out[idx] = vals

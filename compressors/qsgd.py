@@ -1,0 +1,96 @@
+"""QSGD: norm-scaled stochastic quantization (Alistarh et al. 2017, "QSGD: Communication-
+Efficient SGD via Gradient Quantization and Encoding").
+
+Per bucket of ``bucket_size`` values: v = |x| / ||x||_2 * s, rounded stochastically to one of
+the ``levels`` s + 1 grid points between 0 and s, so E[decode] = x (unbiased). Sends the
+float32 bucket norm and one signed code per value (int8 for s <= 127, else int16). NaN/Inf are
+excluded from the norm and sent exactly in a side list; zero buckets decode to zeros.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._util import (
+    check_bucket,
+    check_nonfinite,
+    check_range,
+    nonfinite_layout,
+    numel_of,
+    restore_nonfinite,
+    split_nonfinite,
+)
+from .arrays import from_f32, storage_dtype, to_f32
+from .base import Capabilities, Compressor, Layout, register
+from .payload import Payload
+
+__all__ = ["QSGD"]
+
+F32 = np.dtype(np.float32)
+
+
+def _buckets(x: np.ndarray, size: int) -> np.ndarray:
+    """x zero-padded to whole buckets, one bucket per row."""
+    nb = -(-x.size // size)
+    padded = np.zeros(nb * size, x.dtype)
+    padded[:x.size] = x
+    return padded.reshape(nb, size)
+
+
+@register("qsgd")
+@dataclass(frozen=True)
+class QSGD(Compressor):
+    """Unbiased stochastic quantization to ``levels`` magnitudes per sign, scaled by the norm."""
+
+    levels: int = 127
+    bucket_size: int = 512
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_range(self, "levels", 1, 32767, integer=True)
+        check_bucket(self)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(summable=False, sparse=False, same_size_on_all_ranks=True,
+                            needs_shared_seed=False)
+
+    @property
+    def code_dtype(self) -> np.dtype:
+        return np.dtype(np.int8) if self.levels <= 127 else np.dtype(np.int16)
+
+    def layout(self, shape: tuple[int, ...], dtype: str) -> Layout:
+        n = numel_of(shape)
+        lay: Layout = {"codes": (self.code_dtype, n), "norms": (F32, -(-n // self.bucket_size))}
+        return nonfinite_layout(lay, storage_dtype(dtype))
+
+    def _encode(self, flat: np.ndarray, dtype: str, seed: int, bufs: dict[str, np.ndarray],
+                **where: Any) -> None:
+        x32 = to_f32(flat, dtype)
+        finite = np.isfinite(x32)
+        bad = int(x32.size - np.count_nonzero(finite))
+        x = np.where(finite, x32, np.float32(0)) if bad else x32
+        xb = _buckets(x, self.bucket_size)
+        # Norms in float64: squares of large float32 values would overflow.
+        norms = np.sqrt(np.einsum("ij,ij->i", xb, xb, dtype=np.float64)).astype(np.float32)
+        bufs["norms"][...] = norms
+        safe = np.where(norms > 0, norms, np.float32(1))[:, None]
+        v = (np.abs(xb) / safe * np.float32(self.levels)).reshape(-1)[:x.size]
+        low = np.floor(v)
+        u = np.random.default_rng(seed).random(x.size, dtype=np.float32)
+        q = np.minimum(low + (u < v - low), self.levels)
+        bufs["codes"][...] = np.where(np.signbit(x), -q, q)
+        split_nonfinite(x32, flat, bad, bufs)
+
+    def _decode(self, payload: Payload, out: np.ndarray) -> None:
+        b = payload.buffers
+        scale = (b["norms"] / np.float32(self.levels)).repeat(self.bucket_size)[:out.size]
+        x32 = b["codes"].astype(np.float32) * scale
+        from_f32(x32, payload.dtype, out)
+        restore_nonfinite(payload, out)
+
+    def _check(self, payload: Payload) -> None:
+        check_nonfinite(payload)

@@ -1,0 +1,74 @@
+"""Random-k sparsification (Stich et al. 2018, "Sparsified SGD with Memory"; Wangni et al. 2018).
+
+The k = ratio * n coordinates are drawn from a generator seeded by (seed, tensor name, step),
+so every rank picks the same ones: the payload carries only the values and the 64-bit key that
+regenerates the indices, and payloads of different ranks add up value by value. With
+``rescale`` the decoded values are multiplied by n / k, which makes the estimate unbiased.
+NaN/Inf at chosen coordinates pass exactly; elsewhere they are dropped like any value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import kernels
+from ._util import check_range, index_dtype, numel_of
+from .arrays import from_f32, storage_dtype, to_f32
+from .base import Capabilities, Compressor, Layout, register
+from .payload import Payload
+from .topk import k_of
+
+__all__ = ["RandomK", "random_indices"]
+
+
+def random_indices(numel: int, k: int, key: int) -> np.ndarray:
+    """The k ascending indices that the 64-bit key selects out of numel."""
+    rng = np.random.default_rng(key)
+    return np.sort(rng.choice(numel, size=k, replace=False)).astype(index_dtype(numel))
+
+
+@register("randomk")
+@dataclass(frozen=True)
+class RandomK(Compressor):
+    """Keep a shared random ``ratio`` fraction of the coordinates."""
+
+    ratio: float = 0.01
+    rescale: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_range(self, "ratio", 0.0, 1.0, lo_open=True)
+        if not isinstance(self.rescale, bool):
+            raise ValueError(f"RandomK: rescale must be a bool, got {self.rescale!r}")
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(summable=True, sparse=True, same_size_on_all_ranks=True,
+                            needs_shared_seed=True)
+
+    def layout(self, shape: tuple[int, ...], dtype: str) -> Layout:
+        n = numel_of(shape)
+        return {"key": (np.dtype(np.uint64), 1),
+                "values": (storage_dtype(dtype), k_of(n, self.ratio))}
+
+    def _encode(self, flat: np.ndarray, dtype: str, seed: int, bufs: dict[str, np.ndarray],
+                **where: Any) -> None:
+        bufs["key"][0] = seed
+        idx = random_indices(flat.size, bufs["values"].size, seed)
+        kernels.gather(flat, idx, bufs["values"])
+
+    def _decode(self, payload: Payload, out: np.ndarray) -> None:
+        vals = payload.buffers["values"]
+        idx = random_indices(out.size, vals.size, int(payload.buffers["key"][0]))
+        if self.rescale and vals.size:
+            # n / k scaling in float64 for float64 data, in float32 otherwise
+            wide = vals.astype(np.float64) if payload.dtype == "float64" else to_f32(
+                vals, payload.dtype)
+            scaled = np.empty_like(vals)
+            from_f32(wide * wide.dtype.type(out.size / vals.size), payload.dtype, scaled)
+            vals = scaled
+        out.fill(0)
+        kernels.scatter(out, idx, vals)

@@ -1,0 +1,86 @@
+"""Bucketed min-max uniform quantization to 1, 2, 4 or 8 bits.
+
+The scheme of CGX (Markov et al. 2022, "CGX: Adaptive System Support for Communication-
+Efficient Deep Learning") and ZeRO++'s qwZ/qgZ (Wang et al. 2023): each bucket of
+``bucket_size`` values sends its minimum and step as float32 and one ``bits``-wide code per
+value; codes are packed little-endian inside each byte. Stochastic rounding (default) rounds
+up with probability equal to the fractional part, so the decoded value is unbiased; nearest
+rounding halves the worst-case error but is biased.
+
+Non-finite values: buckets take their min/max over finite values only, the NaN/Inf entries are
+coded as 0 and sent exactly in a side list (``nf_idx``, ``nf_val``) that is empty for finite
+input. Constant buckets (all-zero included) have step 0 and decode exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import kernels
+from ._util import (
+    check_bucket,
+    check_nonfinite,
+    nonfinite_layout,
+    numel_of,
+    restore_nonfinite,
+    split_nonfinite,
+)
+from .arrays import from_f32, storage_dtype, to_f32
+from .base import Capabilities, Compressor, Layout, register
+from .payload import Payload
+
+__all__ = ["Uniform"]
+
+F32 = np.dtype(np.float32)
+
+
+@register("uniform")
+@dataclass(frozen=True)
+class Uniform(Compressor):
+    """Uniform quantization with per-bucket min and step; bits in {1, 2, 4, 8}."""
+
+    bits: int = 8
+    bucket_size: int = 512
+    stochastic: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.bits not in (1, 2, 4, 8) or isinstance(self.bits, bool):
+            raise ValueError(f"Uniform: bits must be one of 1, 2, 4, 8, got {self.bits!r}")
+        check_bucket(self)
+        if not isinstance(self.stochastic, bool):
+            raise ValueError(f"Uniform: stochastic must be a bool, got {self.stochastic!r}")
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(summable=False, sparse=False, same_size_on_all_ranks=True,
+                            needs_shared_seed=False)
+
+    def layout(self, shape: tuple[int, ...], dtype: str) -> Layout:
+        n = numel_of(shape)
+        nb = -(-n // self.bucket_size)
+        lay: Layout = {"codes": (np.dtype(np.uint8), -(-n * self.bits // 8)),
+                       "mins": (F32, nb), "scales": (F32, nb)}
+        return nonfinite_layout(lay, storage_dtype(dtype))
+
+    def _encode(self, flat: np.ndarray, dtype: str, seed: int, bufs: dict[str, np.ndarray],
+                **where: Any) -> None:
+        x32 = to_f32(flat, dtype)
+        bad = kernels.quantize(x32, bufs["codes"], bufs["mins"], bufs["scales"], self.bits,
+                               self.bucket_size, seed, self.stochastic)
+        split_nonfinite(x32, flat, bad, bufs)
+
+    def _decode(self, payload: Payload, out: np.ndarray) -> None:
+        b = payload.buffers
+        direct = out.dtype == F32 and out.flags.c_contiguous
+        x32 = out if direct else np.empty(out.size, F32)
+        kernels.dequantize(b["codes"], b["mins"], b["scales"], x32, self.bits, self.bucket_size)
+        if not direct:
+            from_f32(x32, payload.dtype, out)
+        restore_nonfinite(payload, out)
+
+    def _check(self, payload: Payload) -> None:
+        check_nonfinite(payload)

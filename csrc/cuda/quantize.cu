@@ -1,0 +1,85 @@
+// CUDA twins of csrc/quantize.cpp, loaded at run time through cupy.RawModule.
+// One block per bucket; codes, mins and scales match the CPU kernels bit for bit for the
+// codes (same counter-based RNG of (seed, index)), so ranks on CPUs and GPUs agree.
+#include <cstdint>
+
+__device__ __forceinline__ uint32_t mix32(uint32_t h) {
+  h ^= h >> 16; h *= 0x85ebca6bu; h ^= h >> 13; h *= 0xc2b2ae35u; h ^= h >> 16;
+  return h;
+}
+
+__device__ __forceinline__ float counter_uniform(uint64_t seed, uint64_t i) {
+  uint32_t h = mix32(uint32_t(i) ^ uint32_t(seed));
+  h = mix32(h ^ uint32_t(seed >> 32) ^ (uint32_t(i >> 32) * 0x9e3779b9u));
+  return float(h >> 8) * (1.0f / 16777216.0f);
+}
+
+__device__ __forceinline__ bool finite_bits(float x) {
+  return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+// Launch with gridDim.x = number of buckets, blockDim.x a power of two <= 1024,
+// dynamic shared memory 2 * blockDim.x * sizeof(float). bucket_size is a multiple of 8.
+extern "C" __global__ void compcoll_quantize(const float* __restrict__ x, long long n, int bits,
+                                             long long bucket, unsigned long long seed,
+                                             int stochastic, unsigned char* __restrict__ codes,
+                                             float* __restrict__ mins, float* __restrict__ scales) {
+  extern __shared__ float red[];
+  float* smin = red;
+  float* smax = red + blockDim.x;
+  const long long lo = (long long)blockIdx.x * bucket;
+  const long long len = min(bucket, n - lo);
+  float mn = INFINITY, mx = -INFINITY;
+  for (long long i = threadIdx.x; i < len; i += blockDim.x) {
+    float v = x[lo + i];
+    if (finite_bits(v)) { mn = fminf(mn, v); mx = fmaxf(mx, v); }
+  }
+  smin[threadIdx.x] = mn;
+  smax[threadIdx.x] = mx;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      smin[threadIdx.x] = fminf(smin[threadIdx.x], smin[threadIdx.x + s]);
+      smax[threadIdx.x] = fmaxf(smax[threadIdx.x], smax[threadIdx.x + s]);
+    }
+    __syncthreads();
+  }
+  mn = smin[0];
+  mx = smax[0];
+  if (mn > mx) mn = mx = 0.0f;
+  const int top = (1 << bits) - 1;
+  const float scale = float((double(mx) - double(mn)) / double(top));
+  float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+  if (inv > 3.402823466e38f) inv = 3.402823466e38f;
+  if (threadIdx.x == 0) { mins[blockIdx.x] = mn; scales[blockIdx.x] = scale; }
+  const int per = 8 / bits;
+  // each thread owns whole output bytes, so packing needs no atomics
+  for (long long b = threadIdx.x; b * per < len; b += blockDim.x) {
+    unsigned byte = 0;
+    for (int s = 0; s < per && b * per + s < len; ++s) {
+      const long long i = lo + b * per + s;
+      const float xv = x[i];
+      float v = fminf(fmaxf((xv - mn) * inv, 0.0f), float(top));
+      if (v != v) v = 0.0f;
+      const float f = truncf(v);
+      const float frac = __fsub_rn(v, f);
+      const int up = stochastic ? (counter_uniform(seed, (uint64_t)i) < frac) : (frac >= 0.5f);
+      const int c = finite_bits(xv) ? min(int(f) + up, top) : 0;
+      byte |= unsigned(c) << (s * bits);
+    }
+    codes[lo / per + b] = (unsigned char)byte;
+  }
+}
+
+extern "C" __global__ void compcoll_dequantize(const unsigned char* __restrict__ codes,
+                                               const float* __restrict__ mins,
+                                               const float* __restrict__ scales, long long n,
+                                               int bits, long long bucket,
+                                               float* __restrict__ out) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int per = 8 / bits;
+  const unsigned c = (codes[i / per] >> ((i % per) * bits)) & ((1u << bits) - 1);
+  const long long b = i / bucket;
+  out[i] = __fadd_rn(mins[b], __fmul_rn(float(c), scales[b]));
+}

@@ -1,0 +1,101 @@
+// 1-bit sign packing with one scale per bucket (the mean |x| of the bucket's finite values),
+// as in signSGD with majority-free scaling / EF-signSGD. Bit j of byte i holds signbit(x[8i+j]):
+// zeros pack as "+", so an all-zero bucket decodes to +0 * 0 = 0, never NaN.
+#include <algorithm>
+#include <cmath>
+
+#include "compress_common.h"
+
+namespace compcoll {
+namespace {
+
+int64_t sign_pack(const float* x, size_t n, size_t bucket, uint8_t* bits, float* scales) {
+  const size_t nb = (n + bucket - 1) / bucket;
+  int64_t nonfinite = 0;
+  int nt = num_threads();
+#pragma omp parallel for num_threads(nt) if (parallel_ok(nt, n)) schedule(static) reduction(+ : nonfinite)
+  for (ptrdiff_t b = 0; b < ptrdiff_t(nb); ++b) {
+    const size_t lo = size_t(b) * bucket, len = std::min(bucket, n - lo);
+    const float* xb = x + lo;
+    uint8_t* ob = bits + lo / 8;
+    float sum = 0.0f;
+    int64_t bad = 0;
+    // Masks instead of branches so the loop vectorizes (the sum's order is fixed per build).
+#pragma omp simd reduction(+ : sum, bad)
+    for (size_t i = 0; i < len; ++i) {
+      const uint32_t u = float_to_bits(xb[i]);
+      const uint32_t fin = (u & 0x7f800000u) != 0x7f800000u;
+      sum += bits_to_float(u & 0x7fffffffu & (0u - fin));
+      bad += 1 - fin;
+    }
+    size_t full = len / 8;
+    for (size_t j = 0; j < full; ++j) {
+      uint32_t byte = 0;
+      for (int s = 0; s < 8; ++s) byte |= (float_to_bits(xb[8 * j + s]) >> 31) << s;
+      ob[j] = uint8_t(byte);
+    }
+    if (len % 8) {
+      uint32_t byte = 0;
+      for (size_t s = 0; s < len % 8; ++s) byte |= (float_to_bits(xb[8 * full + s]) >> 31) << s;
+      ob[full] = uint8_t(byte);
+    }
+    size_t good = len - size_t(bad);
+    scales[b] = good ? sum / float(good) : 0.0f;
+    nonfinite += bad;
+  }
+  return nonfinite;
+}
+
+void sign_unpack(const uint8_t* bits, const float* scales, size_t n, size_t bucket, float* out) {
+  const size_t nb = (n + bucket - 1) / bucket;
+  int nt = num_threads();
+#pragma omp parallel for num_threads(nt) if (parallel_ok(nt, n)) schedule(static)
+  for (ptrdiff_t b = 0; b < ptrdiff_t(nb); ++b) {
+    const size_t lo = size_t(b) * bucket, len = std::min(bucket, n - lo);
+    const uint32_t s = float_to_bits(scales[b]);
+    const uint8_t* ib = bits + lo / 8;
+    float* ob = out + lo;
+    for (size_t i = 0; i < len; ++i)
+      ob[i] = bits_to_float(s ^ ((uint32_t(ib[i / 8]) >> (i % 8) & 1u) << 31));
+  }
+}
+
+void check_bucket(size_t bucket) {
+  if (bucket == 0 || bucket % 8 != 0)
+    throw std::invalid_argument("bucket_size must be a positive multiple of 8; got " +
+                                std::to_string(bucket));
+}
+
+}  // namespace
+
+void register_sign(nb::module_& m) {
+  m.def(
+      "sign_pack",
+      [](HostArray x, HostArray bits, HostArray scales, size_t bucket) {
+        check_bucket(bucket);
+        const float* xp = f32_data(x, "sign_pack");
+        size_t n = x.size();
+        auto* bp = typed_data<uint8_t>(bits, (n + 7) / 8, "sign_pack bits");
+        auto* sp = typed_data<float>(scales, (n + bucket - 1) / bucket, "sign_pack scales");
+        nb::gil_scoped_release nogil;
+        return sign_pack(xp, n, bucket, bp, sp);
+      },
+      nb::arg("x"), nb::arg("bits"), nb::arg("scales"), nb::arg("bucket_size"),
+      "Pack sign bits and per-bucket mean |x|; returns the count of non-finite inputs.");
+  m.def(
+      "sign_unpack",
+      [](HostArray bits, HostArray scales, HostArray out, size_t bucket) {
+        check_bucket(bucket);
+        if (out.dtype() != nb::dtype<float>()) throw std::invalid_argument("sign_unpack: out must be float32");
+        size_t n = out.size();
+        auto* bp = typed_data<uint8_t>(bits, (n + 7) / 8, "sign_unpack bits");
+        auto* sp = typed_data<float>(scales, (n + bucket - 1) / bucket, "sign_unpack scales");
+        auto* op = static_cast<float*>(out.data());
+        nb::gil_scoped_release nogil;
+        sign_unpack(bp, sp, n, bucket, op);
+      },
+      nb::arg("bits"), nb::arg("scales"), nb::arg("out"), nb::arg("bucket_size"),
+      "out = (bit ? -scale : +scale) per bucket.");
+}
+
+}  // namespace compcoll

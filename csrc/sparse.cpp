@@ -1,0 +1,84 @@
+// Gather and scatter for sparse payloads (index + value lists). Scatter of unique indices runs
+// in parallel; accumulation with possible duplicates runs in index-list order on one thread,
+// so summing the same lists always rounds the same way.
+#include <string>
+
+#include "compress_common.h"
+
+namespace compcoll {
+namespace {
+
+template <class T, class I>
+void gather_t(const T* x, size_t n, const I* idx, size_t k, T* out) {
+  for (size_t j = 0; j < k; ++j)
+    if (idx[j] < 0 || size_t(idx[j]) >= n) throw std::out_of_range("gather: index out of range");
+  int nt = num_threads();
+#pragma omp parallel for num_threads(nt) if (parallel_ok(nt, k)) schedule(static)
+  for (ptrdiff_t j = 0; j < ptrdiff_t(k); ++j) out[j] = x[idx[j]];
+}
+
+template <class T, class I>
+void scatter_t(T* out, size_t n, const I* idx, const T* vals, size_t k, bool accumulate) {
+  for (size_t j = 0; j < k; ++j)
+    if (idx[j] < 0 || size_t(idx[j]) >= n) throw std::out_of_range("scatter: index out of range");
+  if (accumulate) {
+    for (size_t j = 0; j < k; ++j) out[idx[j]] += vals[j];
+    return;
+  }
+  int nt = num_threads();
+#pragma omp parallel for num_threads(nt) if (parallel_ok(nt, k)) schedule(static)
+  for (ptrdiff_t j = 0; j < ptrdiff_t(k); ++j) out[idx[j]] = vals[j];
+}
+
+template <class F>
+void dispatch(const HostArray& vals, const HostArray& idx, const char* what, F&& f) {
+  bool i32 = idx.dtype() == nb::dtype<int32_t>(), i64 = idx.dtype() == nb::dtype<int64_t>();
+  bool f32 = vals.dtype() == nb::dtype<float>(), f64 = vals.dtype() == nb::dtype<double>();
+  if (!(i32 || i64) || !(f32 || f64))
+    throw std::invalid_argument(std::string(what) +
+                                ": values must be float32/float64 and indices int32/int64");
+  if (f32 && i32) f(float(), int32_t());
+  else if (f32) f(float(), int64_t());
+  else if (i32) f(double(), int32_t());
+  else f(double(), int64_t());
+}
+
+}  // namespace
+
+void register_sparse(nb::module_& m) {
+  m.def(
+      "gather",
+      [](HostArray x, HostArray idx, HostArray out) {
+        if (x.dtype() != out.dtype() || idx.size() != out.size())
+          throw std::invalid_argument("gather: out must match x's dtype and idx's length");
+        dispatch(x, idx, "gather", [&](auto t, auto i) {
+          using T = decltype(t);
+          using I = decltype(i);
+          auto* xp = static_cast<const T*>(x.data());
+          auto* ip = static_cast<const I*>(idx.data());
+          auto* op = static_cast<T*>(out.data());
+          nb::gil_scoped_release nogil;
+          gather_t<T, I>(xp, x.size(), ip, idx.size(), op);
+        });
+      },
+      nb::arg("x"), nb::arg("idx"), nb::arg("out"), "out[j] = x[idx[j]] (bounds-checked).");
+  m.def(
+      "scatter",
+      [](HostArray out, HostArray idx, HostArray vals, bool accumulate) {
+        if (out.dtype() != vals.dtype() || idx.size() != vals.size())
+          throw std::invalid_argument("scatter: vals must match out's dtype and idx's length");
+        dispatch(out, idx, "scatter", [&](auto t, auto i) {
+          using T = decltype(t);
+          using I = decltype(i);
+          auto* op = static_cast<T*>(out.data());
+          auto* ip = static_cast<const I*>(idx.data());
+          auto* vp = static_cast<const T*>(vals.data());
+          nb::gil_scoped_release nogil;
+          scatter_t<T, I>(op, out.size(), ip, vp, idx.size(), accumulate);
+        });
+      },
+      nb::arg("out"), nb::arg("idx"), nb::arg("vals"), nb::arg("accumulate"),
+      "out[idx[j]] = vals[j], or += when accumulate (in list order); bounds-checked.");
+}
+
+}  // namespace compcoll

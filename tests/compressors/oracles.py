@@ -1,0 +1,88 @@
+"""Plain numpy references for the C++ kernels (the test oracles)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+M32 = np.uint32
+
+
+def mix32(h: np.ndarray) -> np.ndarray:
+    h = h.astype(M32)
+    h ^= h >> M32(16)
+    h *= M32(0x85EBCA6B)
+    h ^= h >> M32(13)
+    h *= M32(0xC2B2AE35)
+    h ^= h >> M32(16)
+    return h
+
+
+def counter_uniform(seed: int, idx: np.ndarray) -> np.ndarray:
+    idx = idx.astype(np.uint64)
+    lo = (idx & np.uint64(0xFFFFFFFF)).astype(M32)
+    hi = (idx >> np.uint64(32)).astype(M32)
+    h = mix32(lo ^ M32(seed & 0xFFFFFFFF))
+    h = mix32(h ^ M32(seed >> 32) ^ (hi * M32(0x9E3779B9)))
+    return (h >> M32(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)
+
+
+def pack(codes: np.ndarray, bits: int) -> np.ndarray:
+    per = 8 // bits
+    c = np.zeros(-(-codes.size // per) * per, np.uint8)
+    c[:codes.size] = codes
+    shifts = (np.arange(per) * bits).astype(np.uint8)
+    return (c.reshape(-1, per) << shifts).sum(axis=1, dtype=np.uint8)
+
+
+def quantize(x: np.ndarray, bits: int, bucket: int, seed: int, stochastic: bool):
+    n = x.size
+    top = np.float32(2**bits - 1)
+    codes = np.zeros(n, np.uint8)
+    nb = -(-n // bucket)
+    mins = np.zeros(nb, np.float32)
+    scales = np.zeros(nb, np.float32)
+    for b in range(nb):
+        xb = x[b * bucket:(b + 1) * bucket]
+        fin = np.isfinite(xb)
+        mn = xb[fin].min() if fin.any() else np.float32(0)
+        mx = xb[fin].max() if fin.any() else np.float32(0)
+        scale = np.float32((np.float64(mx) - np.float64(mn)) / (2**bits - 1))
+        with np.errstate(over="ignore"):
+            inv = np.float32(1) / scale if scale > 0 else np.float32(0)
+        inv = min(inv, np.float32(np.finfo(np.float32).max))
+        with np.errstate(invalid="ignore"):
+            v = (xb - mn) * inv
+            v = np.minimum(np.where(v > 0, v, np.float32(0)), top)  # NaN -> 0, as the kernel
+            f = np.floor(v)
+            if stochastic:
+                u = counter_uniform(seed, np.arange(b * bucket, b * bucket + xb.size))
+                up = (u < v - f).astype(np.float32)
+            else:
+                up = (v - f >= np.float32(0.5)).astype(np.float32)
+            c = np.clip(f + up, 0, top)
+        c[~fin] = 0
+        codes[b * bucket:b * bucket + xb.size] = c.astype(np.uint8)
+        mins[b], scales[b] = mn, scale
+    return pack(codes, bits), mins, scales
+
+
+def sign_pack(x: np.ndarray, bucket: int):
+    bits = pack(np.signbit(x).astype(np.uint8), 1)
+    nb = -(-x.size // bucket)
+    scales = np.zeros(nb, np.float32)
+    for b in range(nb):
+        xb = x[b * bucket:(b + 1) * bucket]
+        xb = xb[np.isfinite(xb)]
+        scales[b] = np.abs(xb).mean(dtype=np.float64) if xb.size else 0.0
+    return bits, scales
+
+
+def abs_keys(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32).view(np.uint32) & np.uint32(0x7FFFFFFF)
+
+
+def topk(x: np.ndarray, k: int) -> np.ndarray:
+    """Ascending indices of the k largest |x| keys, ties to the lower index."""
+    keys = abs_keys(x).astype(np.int64)
+    order = np.lexsort((np.arange(x.size), -keys))
+    return np.sort(order[:k])

@@ -1,0 +1,159 @@
+"""Each C++ kernel against its plain numpy oracle (bit exact for integer outputs)."""
+
+from __future__ import annotations
+
+import _compcoll
+import numpy as np
+import pytest
+
+from compressors import kernels
+
+from . import oracles
+from .helpers import gaussian
+
+
+@pytest.fixture(params=[1, 2])
+def threads(request):
+    old = _compcoll.num_threads()
+    _compcoll.set_num_threads(request.param)
+    yield request.param
+    _compcoll.set_num_threads(old)
+
+
+def with_specials(x: np.ndarray) -> np.ndarray:
+    x = x.copy()
+    x[5], x[6], x[-1] = np.nan, np.inf, -np.inf
+    x[100:164] = 0.0  # a constant bucket
+    return x
+
+
+def test_counter_uniform_is_uniform():
+    u = oracles.counter_uniform(123, np.arange(1 << 16))
+    assert u.dtype == np.float32 and np.all((u >= 0) & (u < 1))
+    assert abs(u.mean() - 0.5) < 0.01 and abs(np.histogram(u, 16)[0] / u.size - 1 / 16).max() < 0.01
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+@pytest.mark.parametrize("stochastic", [True, False])
+@pytest.mark.parametrize("n", [1, 37, 1000, 200_003])
+def test_quantize_bit_exact(bits, stochastic, n, threads):
+    x = gaussian(n, seed=n) * 3
+    if n > 200:
+        x = with_specials(x)
+    bucket, seed = 64, (1 << 40) + 977
+    nb = -(-n // bucket)
+    codes = np.empty(-(-n * bits // 8), np.uint8)
+    mins, scales = np.empty(nb, np.float32), np.empty(nb, np.float32)
+    bad = kernels.quantize(x, codes, mins, scales, bits, bucket, seed, stochastic)
+    ref_codes, ref_mins, ref_scales = oracles.quantize(x, bits, bucket, seed, stochastic)
+    assert bad == np.count_nonzero(~np.isfinite(x))
+    np.testing.assert_array_equal(codes, ref_codes)
+    np.testing.assert_array_equal(mins, ref_mins)
+    np.testing.assert_array_equal(scales, ref_scales)
+    out = np.empty(n, np.float32)
+    kernels.dequantize(codes, mins, scales, out, bits, bucket)
+    per = 8 // bits
+    c = (codes.repeat(per) >> np.tile(np.arange(per, dtype=np.uint8) * bits, codes.size)) & (
+        2**bits - 1)
+    expect = mins.repeat(bucket)[:n] + c[:n].astype(np.float32) * scales.repeat(bucket)[:n]
+    np.testing.assert_allclose(out, expect, rtol=1e-6, atol=1e-6)
+
+
+def test_quantize_thread_count_independent():
+    x = gaussian(1 << 18)
+    results = []
+    for t in (1, 2):
+        _compcoll.set_num_threads(t)
+        codes = np.empty(x.size, np.uint8)
+        mins, scales = np.empty(x.size // 512, np.float32), np.empty(x.size // 512, np.float32)
+        kernels.quantize(x, codes, mins, scales, 8, 512, 99, True)
+        results.append(codes)
+    _compcoll.set_num_threads(1)
+    np.testing.assert_array_equal(*results)
+
+
+def test_quantize_rejects_bad_arguments():
+    x = gaussian(64)
+    with pytest.raises(ValueError, match="bits"):
+        kernels.quantize(x, np.empty(64, np.uint8), np.empty(1, np.float32),
+                         np.empty(1, np.float32), 3, 64, 0, True)
+    with pytest.raises(ValueError, match="bucket_size"):
+        kernels.quantize(x, np.empty(64, np.uint8), np.empty(1, np.float32),
+                         np.empty(1, np.float32), 8, 60, 0, True)
+    with pytest.raises(ValueError, match="elements"):
+        kernels.quantize(x, np.empty(63, np.uint8), np.empty(1, np.float32),
+                         np.empty(1, np.float32), 8, 64, 0, True)
+
+
+@pytest.mark.parametrize("n", [1, 9, 1000, 200_001])
+def test_sign_pack_matches_oracle(n, threads):
+    x = gaussian(n, seed=n)
+    if n > 200:
+        x = with_specials(x)
+        x[300] = -0.0
+    bucket = 128
+    bits = np.empty(-(-n // 8), np.uint8)
+    scales = np.empty(-(-n // bucket), np.float32)
+    bad = kernels.sign_pack(x, bits, scales, bucket)
+    ref_bits, ref_scales = oracles.sign_pack(x, bucket)
+    assert bad == np.count_nonzero(~np.isfinite(x))
+    np.testing.assert_array_equal(bits, ref_bits)
+    np.testing.assert_allclose(scales, ref_scales, rtol=1e-5)
+    out = np.empty(n, np.float32)
+    kernels.sign_unpack(bits, scales, out, bucket)
+    s = scales.repeat(bucket)[:n]
+    np.testing.assert_array_equal(out, np.where(np.signbit(x), -s, s))
+
+
+@pytest.mark.parametrize("n,k", [(1, 1), (10, 3), (1000, 1000), (5000, 50), (300_000, 3000),
+                                 (300_000, 1), (300_000, 150_000)])
+def test_topk_exact_matches_oracle(n, k, threads):
+    x = gaussian(n, seed=k)
+    if n > 1000:
+        x[::7] = np.round(x[::7], 1)  # many ties
+        x[17], x[99] = np.nan, -np.inf
+    np.testing.assert_array_equal(kernels.topk_indices(x, k), oracles.topk(x, k))
+
+
+def test_topk_all_equal_ties_to_lower_index():
+    x = np.ones(200_000, np.float32)
+    np.testing.assert_array_equal(kernels.topk_indices(x, 10), np.arange(10))
+
+
+def test_topk_sampled_recall():
+    x = gaussian(1 << 20, seed=5)
+    k = 1 << 14
+    idx = kernels.topk_sampled_indices(x, k, 42)
+    truth = oracles.topk(x, k)
+    assert np.all(np.diff(idx) > 0) and idx.size <= 2 * k
+    recall = np.intersect1d(idx, truth).size / k
+    assert recall >= 0.9 and 0.8 * k <= idx.size <= 1.2 * k
+    np.testing.assert_array_equal(idx, kernels.topk_sampled_indices(x, k, 42))
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.5, 2.0])
+def test_select_above_matches_numpy(tau, threads):
+    x = with_specials(gaussian(150_000))
+    expect = np.flatnonzero(~(np.abs(x) <= np.float32(tau)))
+    np.testing.assert_array_equal(kernels.select_above(x, tau), expect)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("idx_dtype", [np.int32, np.int64])
+def test_gather_scatter(dtype, idx_dtype, threads):
+    x = gaussian(100_000, dtype)
+    idx = np.sort(np.random.default_rng(1).choice(x.size, 70_000, replace=False)).astype(idx_dtype)
+    np.testing.assert_array_equal(kernels.gather(x, idx), x[idx])
+    out = np.zeros_like(x)
+    kernels.scatter(out, idx, x[idx])
+    expect = np.zeros_like(x)
+    expect[idx] = x[idx]
+    np.testing.assert_array_equal(out, expect)
+    dup = np.array([3, 3, 5, 3], idx_dtype)
+    vals = np.array([1, 2, 3, 4], dtype)
+    kernels.scatter(out, dup, vals, accumulate=True)
+    for i, v in zip(dup, vals, strict=True):  # list order, one rounding per addition
+        expect[i] += v
+    np.testing.assert_array_equal(out, expect)
+    with pytest.raises(IndexError):
+        kernels.gather(x, np.array([x.size], idx_dtype))
