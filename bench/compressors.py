@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import _compcoll
 import numpy as np
 
+import _compcoll
 import compressors
 from compressors import kernels
 

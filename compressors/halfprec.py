@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import _compcoll
 import numpy as np
+
+import _compcoll
 
 from ._util import numel_of
 from .arrays import from_f32, to_f32

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import _compcoll
 import numpy as np
+
+import _compcoll
 
 __all__ = ["dequantize", "gather", "quantize", "scatter", "select_above", "sign_pack",
            "sign_unpack", "topk_indices", "topk_sampled_indices"]

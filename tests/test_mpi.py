@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from mpirun import run
+from tests.mpirun import run
 
 pytestmark = pytest.mark.mpi
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import _compcoll
 import numpy as np
 import pytest
 
+import _compcoll
 from compressors import kernels
 
 from . import oracles

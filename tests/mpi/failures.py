@@ -34,6 +34,7 @@ if mode == "timeout":
         os._exit(3)
     except CollectiveTimeout as exc:
         print(f"rank {R}: TIMEOUT after {time.monotonic() - t0:.1f}s: {exc}", flush=True)
+        time.sleep(max(0.0, 7.0 - (time.monotonic() - t0)))  # outlive rank 1: no early cleanup
         os._exit(0)
 elif mode == "raise":
     # Rank 1 dies of an exception; the excepthook must abort the job, not leave others blocked.
