@@ -34,6 +34,13 @@ def _half_op(op: str, dtype: DType) -> MPI.Op:
     return _HALF_OPS[key]
 
 
+def _type_and_op(dtype: DType, op: str) -> tuple[MPI.Datatype, MPI.Op]:
+    """MPI datatype and op for a reduction (fp16/bf16: uint16 carrier + our fp32 user op)."""
+    if dtype.itemsize == 2 and dtype.is_float:
+        return MPI.UINT16_T, _half_op(op, dtype)
+    return _MPI_TYPES[dtype.name], _MPI_OPS[op]
+
+
 class _MPIRequest(Request):
     __slots__ = ("_req", "_done", "_keep")
 
@@ -105,10 +112,7 @@ class MPICommunicator(Communicator):
 
     def native_iallreduce(self, buf: np.ndarray, dtype: DType, op: str) -> Request:
         """MPI_Iallreduce in place on ``buf`` (the MPI library's own algorithm)."""
-        if dtype.itemsize == 2 and dtype.is_float:
-            mpi_type, mpi_op = MPI.UINT16_T, _half_op(op, dtype)
-        else:
-            mpi_type, mpi_op = _MPI_TYPES[dtype.name], _MPI_OPS[op]
+        mpi_type, mpi_op = _type_and_op(dtype, op)
         try:
             req = self.comm.Iallreduce(MPI.IN_PLACE, [buf, buf.size, mpi_type], mpi_op)
         except MPI.Exception as exc:
@@ -117,10 +121,7 @@ class MPICommunicator(Communicator):
 
     def native_allreduce(self, buf: np.ndarray, dtype: DType, op: str) -> None:
         """Blocking MPI_Allreduce in place (the baseline the benchmarks compare against)."""
-        if dtype.itemsize == 2 and dtype.is_float:
-            mpi_type, mpi_op = MPI.UINT16_T, _half_op(op, dtype)
-        else:
-            mpi_type, mpi_op = _MPI_TYPES[dtype.name], _MPI_OPS[op]
+        mpi_type, mpi_op = _type_and_op(dtype, op)
         try:
             self.comm.Allreduce(MPI.IN_PLACE, [buf, buf.size, mpi_type], mpi_op)
         except MPI.Exception as exc:
