@@ -9,27 +9,25 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from types import TracebackType
 
 _installed = False
 
-
 def install(abort: Callable[[int], None]) -> None:
-    """Chain an excepthook that calls ``abort(1)`` after printing the traceback."""
+    """Install an excepthook that prints the traceback, then calls ``abort(1)``."""
     global _installed
     if _installed or os.environ.get("COMPCOLL_ABORT_ON_ERROR", "1").lower() in ("0", "false", "no"):
         return
-    previous = sys.excepthook
 
     def hook(tp: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
-        if issubclass(tp, KeyboardInterrupt):
-            previous(tp, value, tb)
-        else:
-            traceback.print_exception(tp, value, tb)
-        sys.stderr.write("compcoll: unhandled exception on this rank; aborting all ranks\n")
+        # One write, then a moment for the launcher to forward it before the abort kills us.
+        text = "".join(traceback.format_exception(tp, value, tb))
+        sys.stderr.write(text + "compcoll: unhandled exception on this rank; aborting all ranks\n")
         sys.stderr.flush()
+        time.sleep(0.2)
         abort(1)
 
     sys.excepthook = hook
