@@ -40,11 +40,12 @@ def test_absent_rank_times_out_naming_the_step_and_peer() -> None:
     # exit code reflects its clean-up; what matters is what each survivor reported.
     res = run("failures.py", 3, "timeout", timeout=60)
     assert "NO TIMEOUT" not in res.stdout, res.stdout
-    lines = [ln for ln in res.stdout.splitlines() if "TIMEOUT after" in ln]
-    assert len(lines) == 2, res.stdout
-    assert any("waiting for rank 1" in ln and "ring reduce-scatter step 0" in ln for ln in lines)
-    for ln in lines:
-        assert float(re.search(r"after ([\d.]+)s", ln).group(1)) < 10
+    # Forwarded lines of different ranks may interleave, so count matches, not lines.
+    out = res.stdout
+    assert len(re.findall(r"rank [02]: TIMEOUT after", out)) == 2, out
+    assert "waiting for rank 1" in out and "ring reduce-scatter step 0" in out, out
+    for seconds in re.findall(r"TIMEOUT after ([\d.]+)s", out):
+        assert float(seconds) < 10
 
 
 def test_unhandled_exception_aborts_every_rank() -> None:
