@@ -10,37 +10,40 @@ so every rank ends with identical bits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .common import Job, Steps, pof2_below, segments
 
 
-def fold(job: Job) -> Steps:
-    """Fold ranks beyond the largest power of two into their neighbours (see module doc)."""
-    comm, work = job.comm, job.work
-    r, rem = comm.rank, comm.size - pof2_below(comm.size)
+def _fold_partner(job: Job) -> tuple[bool, int] | None:
+    """(sits_out, neighbour) for the first 2*rem ranks, None for the others."""
+    r, rem = job.comm.rank, job.comm.size - pof2_below(job.comm.size)
     if r >= 2 * rem:
+        return None
+    return (True, r + 1) if r % 2 == 0 else (False, r - 1)
+
+
+def folded(job: Job, body: Callable[[int, int], Steps]) -> Steps:
+    """Fold the ranks beyond the largest power of two p' into their neighbours, run
+    ``body(new_rank, p')`` on the p' participants, and hand the result back to the others."""
+    work, p = job.work, job.comm.size
+    if p == 1 or work.size == 0:
         return
+    role = _fold_partner(job)
     segs = segments(0, work.size, job.segment)
-    if r % 2 == 0:
-        yield [job.isend(work[a:b], r + 1, "fold: hand vector to neighbour") for a, b in segs]
-    else:
+    if role is not None and role[0]:
+        yield [job.isend(work[a:b], role[1], "fold: hand vector to neighbour") for a, b in segs]
+        yield [job.irecv(work[a:b], role[1], "unfold: result from neighbour") for a, b in segs]
+        return
+    if role is not None:
         tmp = job.scratch(work.size)
-        recvs = [job.irecv(tmp[a:b], r - 1, "fold: vector of neighbour") for a, b in segs]
+        recvs = [job.irecv(tmp[a:b], role[1], "fold: vector of neighbour") for a, b in segs]
         for req, (a, b) in zip(recvs, segs, strict=True):
             yield [req]
             job.combine(work[a:b], tmp[a:b])
-
-
-def unfold(job: Job) -> Steps:
-    """Return the result to the ranks that sat out."""
-    comm, work = job.comm, job.work
-    r, rem = comm.rank, comm.size - pof2_below(comm.size)
-    if r >= 2 * rem:
-        return
-    segs = segments(0, work.size, job.segment)
-    if r % 2 == 0:
-        yield [job.irecv(work[a:b], r + 1, "unfold: result from neighbour") for a, b in segs]
-    else:
-        yield [job.isend(work[a:b], r - 1, "unfold: result to neighbour") for a, b in segs]
+    yield from body(new_rank(job.comm.rank, p), pof2_below(p))
+    if role is not None:
+        yield [job.isend(work[a:b], role[1], "unfold: result to neighbour") for a, b in segs]
 
 
 def new_rank(rank: int, size: int) -> int:
@@ -57,13 +60,8 @@ def real_rank(nr: int, size: int) -> int:
 
 
 def allreduce(job: Job) -> Steps:
-    comm, work = job.comm, job.work
-    p = comm.size
-    if p == 1 or work.size == 0:
-        return
-    yield from fold(job)
-    nr, pof2 = new_rank(comm.rank, p), pof2_below(p)
-    if nr >= 0:
+    def body(nr: int, pof2: int) -> Steps:
+        work, p = job.work, job.comm.size
         segs = segments(0, work.size, job.segment)
         tmp = job.scratch(work.size)
         mask = 1
@@ -76,4 +74,5 @@ def allreduce(job: Job) -> Steps:
                 yield [rq, sq]  # our segment is sent before we overwrite it
                 job.combine(work[a:b], tmp[a:b])
             mask <<= 1
-    yield from unfold(job)
+
+    yield from folded(job, body)

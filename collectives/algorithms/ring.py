@@ -14,8 +14,7 @@ from .common import Job, Steps, partition, segments
 
 def reduce_scatter(job: Job, blocks: list[tuple[int, int]]) -> Steps:
     """After this, rank r holds the fully reduced ``blocks[r]`` of ``job.work``."""
-    comm, work = job.comm, job.work
-    p, r = comm.size, comm.rank
+    work, p, r = job.work, job.comm.size, job.comm.rank
     if p == 1:
         return
     right, left = (r + 1) % p, (r - 1) % p
@@ -48,8 +47,7 @@ def reduce_scatter(job: Job, blocks: list[tuple[int, int]]) -> Steps:
 
 def allgather(job: Job, blocks: list[tuple[int, int]]) -> Steps:
     """Rank r starts with ``blocks[r]`` of ``job.work``; every rank ends with all blocks."""
-    comm, work = job.comm, job.work
-    p, r = comm.size, comm.rank
+    work, p, r = job.work, job.comm.size, job.comm.rank
     if p == 1:
         return
     right, left = (r + 1) % p, (r - 1) % p

@@ -32,17 +32,25 @@ def _parent(vr: int) -> int:
     return vr - (vr & -vr)
 
 
-def reduce(job: Job, root: int = 0) -> Steps:
-    """Binomial reduce of ``job.work`` to ``root`` (other ranks' buffers become scratch)."""
-    comm, work = job.comm, job.work
-    p = comm.size
-    vr = (comm.rank - root) % p
-    segs = segments(0, work.size, job.segment)
-    if p == 1 or not segs:
-        return
+def _shape(job: Job, root: int) -> tuple[list[tuple[int, int]], list[int], int | None]:
+    """This rank's segments, children (smallest subtree first) and parent in the binomial
+    tree rooted at ``root``; no segments when there is nothing to move."""
+    p = job.comm.size
+    vr = (job.comm.rank - root) % p
+    segs = segments(0, job.work.size, job.segment) if p > 1 else []
     children = [(c + root) % p for c in _children(vr, p)]
     parent = None if vr == 0 else (_parent(vr) + root) % p
-    slots = {c: [job.scratch(job.segment) for _ in range(WINDOW)] for c in children}
+    return segs, children, parent
+
+
+def reduce(job: Job, root: int = 0) -> Steps:
+    """Binomial reduce of ``job.work`` to ``root`` (other ranks' buffers become scratch)."""
+    work = job.work
+    segs, children, parent = _shape(job, root)
+    if not segs:
+        return
+    width = segs[0][1] - segs[0][0]  # the first segment is the widest
+    slots = {c: [job.scratch(width) for _ in range(WINDOW)] for c in children}
     queues: dict[int, deque] = {c: deque() for c in children}
 
     def post(c: int, k: int) -> None:
@@ -66,15 +74,11 @@ def reduce(job: Job, root: int = 0) -> Steps:
 
 def broadcast(job: Job, root: int = 0) -> Steps:
     """Binomial broadcast of ``job.work`` from ``root``, segmented and pipelined."""
-    comm, work = job.comm, job.work
-    p = comm.size
-    vr = (comm.rank - root) % p
-    segs = segments(0, work.size, job.segment)
-    if p == 1 or not segs:
+    work = job.work
+    segs, children, parent = _shape(job, root)
+    if not segs:
         return
-    # Largest subtree first: it has the longest way to go.
-    children = [(c + root) % p for c in reversed(_children(vr, p))]
-    parent = None if vr == 0 else (_parent(vr) + root) % p
+    children.reverse()  # largest subtree first: it has the longest way to go
     recvs = ([job.irecv(work[a:b], parent, f"broadcast segment {k}")
               for k, (a, b) in enumerate(segs)] if parent is not None else [])
     sends = []
