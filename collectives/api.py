@@ -52,6 +52,10 @@ def iallreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any 
     the same order; several may be in flight at once.
     """
     c = as_communicator(comm)
+    if algorithm == "mpi" and c.engine == "mpi":
+        direct = buffers.prepare_direct(buf, out, str(op).lower())
+        if direct is not None:
+            return _direct_mpi(c, direct, ops.check_op(op, direct.dtype), timeout, validate)
     prepared = buffers.prepare(buf, out)
     dtype = prepared.dtype
     op = ops.check_op(op, dtype)
@@ -74,6 +78,19 @@ def iallreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any 
         return prepared.finish()
 
     return Handle(algorithms.get(name).run(job), finish, job.collective, timeout)
+
+
+def _direct_mpi(c: Communicator, direct: buffers.Direct, op: str, timeout: float | None,
+                validate: bool | None) -> Handle:
+    """CUDA-aware MPI_Iallreduce straight on device memory (see buffers.prepare_direct)."""
+    if defaults.validate if validate is None else validate:
+        _validate(c, "allreduce", {"element count": direct.count, "dtype": direct.dtype.code,
+                                   "op": _OP_CODES[op],
+                                   "algorithm": algorithms.names().index("mpi")}, timeout)
+    c.next_tag()  # keep the collective sequence in step with ranks that took another path
+    req = c.native_iallreduce_device(direct.send, direct.recv, direct.count,  # type: ignore[attr-defined]
+                                     direct.dtype, op)
+    return Handle(iter([[req]]), lambda: direct.result, "allreduce[mpi, device]", timeout)
 
 
 def allreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any = None,

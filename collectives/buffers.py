@@ -58,7 +58,7 @@ def _prepare_numpy(buf: np.ndarray, out: Any) -> Prepared:
         if not inplace:
             np.copyto(work, _numpy_raw(np.ascontiguousarray(buf), dtype))
         return Prepared(work, dtype, lambda: target, "numpy")
-    work = _numpy_raw(np.ascontiguousarray(buf), dtype).copy()
+    work = _numpy_raw(np.array(buf, order="C"), dtype)  # one copy, never aliasing buf
 
     def finish() -> np.ndarray:
         np.copyto(target, work.view(buf.dtype).reshape(target.shape))
@@ -80,9 +80,7 @@ def _prepare_torch_cpu(buf: Any, out: Any) -> Prepared:
         if not inplace:
             np.copyto(work, _torch_raw(buf.contiguous()))
         return Prepared(work, dtype, lambda: target, "torch")
-    staged = buf.detach().contiguous().clone() if inplace else buf.detach().contiguous()
-    if staged.data_ptr() == buf.data_ptr():
-        staged = staged.clone()
+    staged = buf.detach().clone(memory_format=torch.contiguous_format)  # never aliases buf
     work = _torch_raw(staged)
 
     def finish() -> Any:
@@ -150,13 +148,15 @@ def _prepare_cuda_array(buf: Any, out: Any) -> Prepared:
     if onbytes != nbytes or odt != dt:
         raise ValueError(f"out holds {onbytes} bytes of {odt}, input {nbytes} bytes of {dt}")
     rt.stream_synchronize(device.cuda_interface(buf).get("stream"))
-    host = rt.pinned_empty(nbytes)
+    pinned = device.acquire_pinned(nbytes)
+    host = pinned[:nbytes]
     rt.memcpy_d2h(host, ptr, nbytes)
     work = host.view(dtype.raw)
 
     def finish() -> Any:
         rt.stream_synchronize(device.cuda_interface(out).get("stream"))
         rt.memcpy_h2d(optr, host, nbytes)
+        device.release_pinned(pinned)
         return out
 
     return Prepared(work, dtype, finish, "cuda-array")
@@ -189,7 +189,7 @@ def prepare(buf: Any, out: Any = None) -> Prepared:
 def like(buf: Any, host: np.ndarray, dtype: DType) -> Any:
     """A new array of ``buf``'s kind (type and device) holding ``host``'s elements."""
     if isinstance(buf, np.ndarray):
-        return host.view(buf.dtype) if dtype.name != "bfloat16" else host.view(buf.dtype)
+        return host.view(buf.dtype)
     if _is_torch(buf):
         import torch
 
@@ -202,3 +202,50 @@ def like(buf: Any, host: np.ndarray, dtype: DType) -> Any:
 
         return cupy.asarray(host)
     raise TypeError(f"cannot build a {type(buf).__name__} result; pass host arrays")
+
+
+@dataclass
+class Direct:
+    """Device buffers handed to a CUDA-aware MPI as they are (no host staging)."""
+
+    send: Any  # None for in place
+    recv: Any
+    count: int
+    dtype: DType
+    result: Any
+
+
+def prepare_direct(buf: Any, out: Any, op: str) -> Direct | None:
+    """Device buffers for CUDA-aware MPI_Allreduce, or None where staging must be used.
+
+    Direct applies to contiguous device arrays of MPI-native dtypes (not fp16/bf16, which MPI
+    reduces through a host-side user op) and ops other than "avg" (its division would need a
+    device kernel). Both streams are synchronized before MPI touches the memory.
+    """
+    if device.cuda_interface(buf) is None or op == "avg" or not device.mpi_is_cuda_aware():
+        return None
+    ptr, nbytes, dt, shape = _cai_layout(buf, "input")
+    dtype = from_numpy(dt)
+    if dtype.itemsize == 2 and dtype.is_float:
+        return None
+    inplace = out is buf
+    if out is None:
+        if _is_torch(buf):
+            import torch
+
+            out = torch.empty_like(buf)
+        elif type(buf).__module__.startswith("cupy"):
+            import cupy
+
+            out = cupy.empty_like(buf)
+        elif hasattr(type(buf), "__compcoll_empty_like__"):
+            out = type(buf).__compcoll_empty_like__(buf)
+        else:
+            return None
+    if device.cuda_interface(out) is None or _cai_layout(out, "out")[1:3] != (nbytes, dt):
+        return None
+    rt = device.runtime()
+    rt.stream_synchronize(device.cuda_interface(buf).get("stream"))
+    if not inplace:
+        rt.stream_synchronize(device.cuda_interface(out).get("stream"))
+    return Direct(None if inplace else buf, out, nbytes // dt.itemsize, dtype, out)

@@ -74,14 +74,14 @@ class CudartRuntime:
 
 
 _runtime: DeviceRuntime | None = None
-_staging: dict[int, np.ndarray] = {}
+_free_pinned: list[np.ndarray] = []  # staging buffers not in use, reused before allocating
 
 
 def set_runtime(runtime: DeviceRuntime | None) -> None:
     """Install the runtime used for device buffers (tests install a host-memory fake)."""
     global _runtime
     _runtime = runtime
-    _staging.clear()
+    _free_pinned.clear()
 
 
 def runtime() -> DeviceRuntime:
@@ -105,13 +105,19 @@ def runtime() -> DeviceRuntime:
     return _runtime
 
 
-def staging_buffer(nbytes: int, slot: int = 0) -> np.ndarray:
-    """A reusable pinned host buffer of at least ``nbytes`` (one per slot, grown on demand)."""
-    buf = _staging.get(slot)
-    if buf is None or buf.nbytes < nbytes:
-        buf = runtime().pinned_empty(max(nbytes, 1 << 16))
-        _staging[slot] = buf
-    return buf[:nbytes]
+def acquire_pinned(nbytes: int) -> np.ndarray:
+    """A pinned host buffer of at least ``nbytes``: the smallest free one that fits, else a
+    new one (pinned allocation is slow, so buffers are kept for reuse; one per collective in
+    flight). Give it back with ``release_pinned``."""
+    fits = [i for i, b in enumerate(_free_pinned) if b.nbytes >= nbytes]
+    if fits:
+        return _free_pinned.pop(min(fits, key=lambda i: _free_pinned[i].nbytes))
+    return runtime().pinned_empty(max(nbytes, 1 << 16))
+
+
+def release_pinned(buf: np.ndarray) -> None:
+    """Return a buffer from ``acquire_pinned`` to the pool."""
+    _free_pinned.append(buf)
 
 
 def mpi_is_cuda_aware() -> bool:

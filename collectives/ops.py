@@ -4,9 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 
-import _compcoll
-
 from .dtypes import DType
+
+try:
+    import _compcoll
+except ImportError as _exc:  # keeps `compcoll doctor` able to say what is missing
+    _compcoll = None
+    _IMPORT_ERROR = _exc
+
+
+def kernels():
+    """The compiled kernels, or an ImportError that says how to build them."""
+    if _compcoll is None:
+        raise ImportError(
+            f"compcoll's C++ extension _compcoll is not built ({_IMPORT_ERROR}); reinstall with "
+            "`pip install -e .` (needs a C++17 compiler and CMake) or run scripts/setup.sh"
+        )
+    return _compcoll
 
 # Kernel codes of the C++ reduce_into. "avg" is a sum followed by a division (see finish()).
 _KERNEL_CODE = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 0}
@@ -30,16 +44,16 @@ def check_op(op: str, dtype: DType) -> str:
 def combine(dst: np.ndarray, src: np.ndarray, dtype: DType, op: str) -> None:
     """dst = dst (op) src, elementwise, in place (fp16/bf16 accumulate in fp32)."""
     if dst.size:
-        _compcoll.reduce_into(dst, src, dtype.code, _KERNEL_CODE[op])
+        kernels().reduce_into(dst, src, dtype.code, _KERNEL_CODE[op])
 
 
 def prescale(buf: np.ndarray, dtype: DType, op: str, size: int) -> None:
     """Before an fp16/bf16 average, divide each input by p so the partial sums cannot overflow."""
     if op == "avg" and dtype.itemsize == 2 and size > 1 and buf.size:
-        _compcoll.scale(buf, dtype.code, 1.0 / size)
+        kernels().scale(buf, dtype.code, 1.0 / size)
 
 
 def finish(buf: np.ndarray, dtype: DType, op: str, size: int) -> None:
     """After the reduction: turn a sum into an average (fp32/fp64 divide after summing)."""
     if op == "avg" and dtype.itemsize > 2 and size > 1 and buf.size:
-        _compcoll.scale(buf, dtype.code, 1.0 / size)
+        kernels().scale(buf, dtype.code, 1.0 / size)

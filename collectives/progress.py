@@ -57,7 +57,3 @@ class Handle:
     def done(self) -> bool:
         return self._done
 
-
-def completed(result: Any) -> Handle:
-    """A handle that is already finished (for calls with nothing to communicate)."""
-    return Handle(iter(()), lambda: result, "noop", None)

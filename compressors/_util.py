@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from .arrays import from_f32
 from .base import NONFINITE, Layout
 from .errors import PayloadError
 from .payload import Payload
@@ -52,6 +54,19 @@ def restore_nonfinite(payload: Payload, out: np.ndarray) -> None:
     idx = payload.buffers[NF_IDX]
     if idx.size:
         out[idx] = payload.buffers[NF_VAL]
+
+
+def decode_dense(payload: Payload, out: np.ndarray,
+                 fill: Callable[[np.ndarray], None]) -> None:
+    """Decode a dense float32 reconstruction into ``out`` (any storage dtype): ``fill`` writes
+    float32 values, straight into ``out`` when it is contiguous float32, then the NaN/Inf
+    side list is put back."""
+    direct = out.dtype == np.float32 and out.flags.c_contiguous
+    x32 = out if direct else np.empty(out.size, np.float32)
+    fill(x32)
+    if not direct:
+        from_f32(x32, payload.dtype, out)
+    restore_nonfinite(payload, out)
 
 
 def check_indices(idx: np.ndarray, vals: np.ndarray, numel: int, what: str) -> None:

@@ -23,12 +23,12 @@ from . import kernels
 from ._util import (
     check_bucket,
     check_nonfinite,
+    decode_dense,
     nonfinite_layout,
     numel_of,
-    restore_nonfinite,
     split_nonfinite,
 )
-from .arrays import from_f32, storage_dtype, to_f32
+from .arrays import storage_dtype, to_f32
 from .base import Capabilities, Compressor, Layout, register
 from .payload import Payload
 
@@ -75,12 +75,8 @@ class Uniform(Compressor):
 
     def _decode(self, payload: Payload, out: np.ndarray) -> None:
         b = payload.buffers
-        direct = out.dtype == F32 and out.flags.c_contiguous
-        x32 = out if direct else np.empty(out.size, F32)
-        kernels.dequantize(b["codes"], b["mins"], b["scales"], x32, self.bits, self.bucket_size)
-        if not direct:
-            from_f32(x32, payload.dtype, out)
-        restore_nonfinite(payload, out)
+        decode_dense(payload, out, lambda x32: kernels.dequantize(
+            b["codes"], b["mins"], b["scales"], x32, self.bits, self.bucket_size))
 
     def _check(self, payload: Payload) -> None:
         check_nonfinite(payload)

@@ -88,6 +88,15 @@ def test_doctor_reports_mpich() -> None:
     assert "C++ extension" in res.stdout
 
 
+def test_doctor_reports_a_missing_extension_with_the_fix() -> None:
+    code = ("import sys; sys.modules['_compcoll'] = None\n"  # as if the build had failed
+            "from collectives.cli import main; sys.exit(main(['doctor']))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode != 0
+    assert "MISSING  C++ extension" in res.stdout and "pip install" in res.stdout
+
+
 def test_size_parsing_and_sweep() -> None:
     from collectives.commands.benchlib import bus_bandwidth, parse_size, size_sweep
 

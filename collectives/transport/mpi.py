@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-import _compcoll
-
 from ..dtypes import DType
 from ..errors import TransportError
+from ..ops import combine
 from .base import Communicator, Request
 
 _MPI_TYPES = {
@@ -23,12 +22,10 @@ def _half_op(op: str, dtype: DType) -> MPI.Op:
     """A user-defined MPI op reducing fp16/bf16 (carried as uint16) with our fp32 kernel."""
     key = (op, dtype.code)
     if key not in _HALF_OPS:
-        code = {"sum": 0, "avg": 0, "prod": 1, "min": 2, "max": 3}[op]
-
-        def reduce(inbuf, inoutbuf, datatype, _code=code, _dt=dtype.code):  # noqa: ARG001
+        def reduce(inbuf, inoutbuf, datatype):  # noqa: ARG001
             src = np.frombuffer(inbuf, dtype=np.uint16)
             dst = np.frombuffer(inoutbuf, dtype=np.uint16)
-            _compcoll.reduce_into(dst, src, _dt, _code)
+            combine(dst, src, dtype, op)
 
         _HALF_OPS[key] = MPI.Op.Create(reduce, commute=True)
     return _HALF_OPS[key]
@@ -118,6 +115,17 @@ class MPICommunicator(Communicator):
         except MPI.Exception as exc:
             raise TransportError(f"MPI_Iallreduce failed: {exc}") from exc
         return _MPIRequest(req, None, "MPI_Iallreduce", buf)
+
+    def native_iallreduce_device(self, send: object, recv: object, count: int, dtype: DType,
+                                 op: str) -> Request:
+        """MPI_Iallreduce on device arrays (CUDA-aware MPI); ``send=None`` means in place."""
+        mpi_type, mpi_op = _type_and_op(dtype, op)
+        spec = MPI.IN_PLACE if send is None else [send, count, mpi_type]
+        try:
+            req = self.comm.Iallreduce(spec, [recv, count, mpi_type], mpi_op)
+        except MPI.Exception as exc:
+            raise TransportError(f"MPI_Iallreduce on device buffers failed: {exc}") from exc
+        return _MPIRequest(req, None, "MPI_Iallreduce (device buffers)", (send, recv))
 
     def native_allreduce(self, buf: np.ndarray, dtype: DType, op: str) -> None:
         """Blocking MPI_Allreduce in place (the baseline the benchmarks compare against)."""

@@ -35,7 +35,7 @@ class HostRuntime:
     name = "host-fake"
 
     def __init__(self) -> None:
-        self.synced = self.d2h = self.h2d = 0
+        self.synced = self.d2h = self.h2d = self.allocs = 0
 
     def stream_synchronize(self, stream: int | None) -> None:
         self.synced += 1
@@ -49,4 +49,5 @@ class HostRuntime:
         ctypes.memmove(dst_ptr, src.ctypes.data, nbytes)
 
     def pinned_empty(self, nbytes: int) -> np.ndarray:
+        self.allocs += 1
         return np.empty(nbytes, dtype=np.uint8)

@@ -4,6 +4,8 @@ Run: mpiexec -n P python tests/mpi/features.py"""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 
@@ -100,7 +102,35 @@ def device_staging(chk: Checker) -> None:
             chk.check(bool((d.host == P * (P + 1) / 2).all()), f"device in place {algo}")
         chk.check(rt.synced >= 2 and rt.d2h >= 2 and rt.h2d >= 2,
                   f"stream synchronized and staged (sync {rt.synced}, d2h {rt.d2h}, h2d {rt.h2d})")
+        chk.check(rt.allocs == 1, f"pinned staging buffer reused ({rt.allocs} allocations)")
     finally:
+        device.set_runtime(None)
+
+
+def device_direct(chk: Checker) -> None:
+    """With CUDA-aware MPI, algorithm="mpi" hands device memory to MPI without staging.
+
+    The fake device memory is host memory, so MPICH can really reduce it."""
+    rt = HostRuntime()
+    device.set_runtime(rt)
+    os.environ["COMPCOLL_CUDA_AWARE_MPI"] = "1"
+    try:
+        d = FakeDeviceArray(np.full(1001, R + 1, dtype=np.int64))
+        out = collectives.allreduce(d, algorithm="mpi")
+        chk.check(isinstance(out, FakeDeviceArray) and bool((out.host == P * (P + 1) // 2).all()),
+                  "direct out of place")
+        chk.check(bool((d.host == R + 1).all()), "direct leaves the input alone")
+        collectives.allreduce(d, algorithm="mpi", op="max", out=d)
+        chk.check(bool((d.host == P).all()), "direct in place")
+        chk.check(rt.d2h == 0 and rt.h2d == 0 and rt.synced >= 2,
+                  f"direct: no staging copies (d2h {rt.d2h}, h2d {rt.h2d}), streams synced")
+        h = FakeDeviceArray(np.ones(17, dtype=np.float16))  # MPI has no fp16: staged
+        res = collectives.allreduce(h, algorithm="mpi")
+        chk.check(rt.d2h == 1 and bool((res.host == P).all()), "fp16 falls back to staging")
+        r = collectives.allreduce(FakeDeviceArray(np.ones(5, np.float32)), algorithm="ring")
+        chk.check(rt.d2h == 2 and bool((r.host == P).all()), "our algorithms stage")
+    finally:
+        del os.environ["COMPCOLL_CUDA_AWARE_MPI"]
         device.set_runtime(None)
 
 
@@ -148,10 +178,41 @@ def auto_and_errors(chk: Checker) -> None:
     chk.check(bool((collectives.allreduce(np.ones(9, np.int8)) == P).all()), "usable after errors")
 
 
+def bad_input(chk: Checker) -> None:
+    """The building blocks reject bad arguments with errors that say what would work."""
+    x = np.ones(10, np.float32)
+    cases = [
+        (lambda: collectives.reduce_scatter(x, counts=[10] + [0] * P), "counts must hold"),
+        (lambda: collectives.reduce_scatter(x, counts=[11] + [0] * (P - 1)), "summing to 10"),
+        (lambda: collectives.reduce_scatter(np.ones(3, np.int8), op="avg"), "floating"),
+        (lambda: collectives.broadcast(x, root=P), f"root must be a rank in [0, {P})"),
+        (lambda: collectives.broadcast(x, root=-1), "root must be a rank"),
+        (lambda: collectives.allgather([1, 2]), "unsupported buffer type"),
+    ]
+    for fn, needle in cases:
+        try:
+            fn()
+            chk.check(False, f"accepted: {needle}")
+        except (ValueError, TypeError) as exc:
+            chk.check(needle in str(exc), f"{needle!r} not in {exc}")
+    if P > 1:
+        try:
+            collectives.allgather(np.ones(3, np.float64 if R == 0 else np.float32))
+            chk.check(False, "allgather dtype mismatch accepted")
+        except MismatchError as exc:
+            chk.check("dtype" in str(exc), str(exc))
+        try:
+            collectives.broadcast(np.ones(4 + (R == 0), np.int32))
+            chk.check(False, "broadcast count mismatch accepted")
+        except MismatchError as exc:
+            chk.check("element count" in str(exc), str(exc))
+    chk.check(bool((collectives.broadcast(np.full(3, R), root=0) == 0).all()), "usable after")
+
+
 def main() -> None:
     chk = Checker("features")
     for part in (sub_communicators, torch_views, nonblocking, building_blocks, device_staging,
-                 auto_and_errors):
+                 device_direct, auto_and_errors, bad_input):
         chk.run(part.__name__, part, chk)
     chk.finish()
 
