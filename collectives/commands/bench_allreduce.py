@@ -14,18 +14,20 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import socket
 import sys
 from typing import Any
 
-from .. import as_communicator, costmodel, defaults, dtypes, ops
+from .. import as_communicator, costmodel, defaults, dtypes, emulate, ops
 from ..algorithms import REGISTRY
 from ..algorithms import get as get_algorithm
 from ..cli import command
 from . import bench_report as report
+from . import emulate as emulated
 from .bench_case import BASELINE, Case
 from .benchlib import Timing, bus_bandwidth, parse_size, size_sweep, time_calls
-from .launch import relaunch, without_np
+from .launch import LAUNCHER_VARS, relaunch, without_np
 
 DEFAULT_ALGOS = [*(a.name for a in REGISTRY.values() if a.ours), "auto", "mpi"]
 
@@ -54,6 +56,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="PATH", help="plot busbw against size (matplotlib)")
     p.add_argument("-np", dest="np", type=int, metavar="N",
                    help="run on N ranks, re-launching under mpiexec if needed")
+    emulated.add_link_arguments(p)
 
 
 def _algorithms(text: str) -> list[str]:
@@ -91,6 +94,21 @@ def _row(case: Case, name: str, timing: Timing, cost: costmodel.CostParams) -> d
             "model_us": None if model is None else model * 1e6, "wrong": 0, "ranks_agree": True}
 
 
+def _launched() -> bool:
+    return any(v in os.environ for v in LAUNCHER_VARS)
+
+
+def _link(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The emulated link of this run (None on the machine's own interconnect)."""
+    if not args.link:
+        return None
+    rate = emulate.parse_rate(args.link)
+    return {"rate": args.link, "rate_bps": rate,
+            "delay_s": emulate.parse_duration(args.delay) if args.delay else 0.0,
+            "burst_bytes": args.burst or emulate.default_burst(rate),
+            "transport": "MPICH ch4:ofi tcp over veth, tc tbf both ways"}
+
+
 def _progress(total: int, rank: int) -> Any:
     if rank != 0 or not sys.stderr.isatty():
         return None
@@ -116,6 +134,14 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("compcoll: need -n >= 1 and -w >= 0")
     if args.plot:
         report.require_matplotlib()
+    if (args.delay or args.burst) and not args.link:
+        raise SystemExit("compcoll: --delay and --burst shape an emulated link; add --link RATE")
+    if args.link and not emulated.inside():
+        topo = emulated.topology(args)
+        if _launched():
+            raise SystemExit("compcoll: --link starts its own ranks, one per namespace; run it "
+                             "without mpiexec")
+        return emulated.run_on_cluster(topo, args.argv)
     code = relaunch(args.np, args.argv)
     if code is not None:
         return code
@@ -168,12 +194,16 @@ def run(args: argparse.Namespace) -> int:
                 "mpi_library": " ".join(MPI.Get_library_version().splitlines()[0].split()),
                 "hostname": socket.gethostname(),
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "cost_params": {"alpha": cost.alpha, "beta": cost.beta, "gamma": cost.gamma}}
+                "cost_params": {"alpha": cost.alpha, "beta": cost.beta, "gamma": cost.gamma},
+                "link": _link(args)}
         if args.json:
             report.write_json(args.json, meta, rows)
         if args.csv:
             report.write_csv(args.csv, rows)
         if args.plot:
-            report.plot(args.plot, rows, f"allreduce {dtype.name} {op}, {comm.size} ranks "
-                                         f"({meta['mpi_library']})")
+            link = meta["link"]
+            where = f"{comm.size} hosts, {args.link} links" if link else f"{comm.size} ranks"
+            report.plot(args.plot, rows, f"allreduce {dtype.name} {op}, {where} "
+                                         f"({meta['mpi_library']})",
+                        limit_GBps=link["rate_bps"] / 8e9 if link else None)
     return 1 if bad else 0

@@ -63,8 +63,10 @@ def require_matplotlib() -> None:
     matplotlib.use("Agg")  # files only: no display needed, none opened
 
 
-def plot(path: str, rows: list[dict[str, Any]], title: str) -> None:
-    """busbw against message size (log x), one line per algorithm."""
+def plot(path: str, rows: list[dict[str, Any]], title: str,
+         limit_GBps: float | None = None) -> None:
+    """busbw against message size (log x), one line per algorithm; ``limit_GBps`` draws the
+    link's rate as a horizontal line (the busbw an optimal allreduce reaches on that link)."""
     require_matplotlib()
     import matplotlib.pyplot as plt
 
@@ -73,6 +75,9 @@ def plot(path: str, rows: list[dict[str, Any]], title: str) -> None:
         mine = [row for row in rows if row["algo"] == algo]
         ax.plot([r["size"] for r in mine], [r["busbw_GBps"] for r in mine], marker="o",
                 label=algo, linestyle="--" if algo == "MPI_Allreduce" else "-")
+    if limit_GBps is not None:
+        ax.axhline(limit_GBps, color="black", linestyle=":",
+                   label=f"link rate ({limit_GBps * 1e3:.0f} MB/s)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("bus bandwidth (GB/s)")

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 # Set by process managers (Hydra/PMI, PMIx, Open MPI) in every rank they start.
-_LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE")
+LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE")
 
 
 def find_mpiexec() -> str | None:
@@ -47,7 +47,7 @@ def relaunch(nprocs: int | None, argv: list[str]) -> int | None:
     from mpi4py import MPI
 
     size = MPI.COMM_WORLD.Get_size()
-    if size > 1 or any(v in os.environ for v in _LAUNCHER_VARS):
+    if size > 1 or any(v in os.environ for v in LAUNCHER_VARS):
         if size != nprocs:
             raise SystemExit(f"compcoll: -np {nprocs} asked, but this job already runs {size} "
                              f"rank(s); drop -np or launch with mpiexec -n {nprocs}")

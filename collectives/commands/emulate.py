@@ -1,0 +1,169 @@
+"""Running commands on an emulated cluster (``--link``) and ``compcoll emulate cleanup``."""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import os
+import signal
+import subprocess
+import sys
+from types import FrameType
+
+from .. import emulate
+from ..cli import command
+from .launch import find_mpiexec, without_np
+
+NETEM_MISSING = ("--delay needs the kernel's netem qdisc (sch_netem), which this kernel ({}) "
+                 "does not have: 'tc qdisc add ... netem' says the qdisc kind is unknown. Load "
+                 "it (modprobe sch_netem) or use a kernel built with CONFIG_NET_SCH_NETEM; "
+                 "--link without --delay works here")
+
+
+class SetupError(RuntimeError):
+    """A command building the emulated cluster failed."""
+
+
+class Cluster:
+    """Context manager: build ``topo`` on enter, delete every namespace of it on exit.
+
+    Teardown is idempotent and also runs on SIGTERM/SIGHUP (turned into ``SystemExit``) and at
+    interpreter exit, so an interrupted run leaves nothing behind; ``compcoll emulate cleanup``
+    removes what a killed (SIGKILL) run could not.
+    """
+
+    def __init__(self, topo: emulate.Topology) -> None:
+        self.topo = topo
+        self._created: list[str] = []
+        self._saved: dict[int, object] = {}
+
+    def __enter__(self) -> Cluster:
+        emulate.check_host()
+        clash = set(self.topo.namespaces) & set(emulate.existing())
+        if clash:
+            raise SetupError(f"namespace(s) {sorted(clash)} already exist; run 'compcoll "
+                             "emulate cleanup'")
+        atexit.register(self.close)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            self._saved[sig] = signal.signal(sig, _exit_on_signal)
+        try:
+            for cmd in emulate.setup_commands(self.topo):
+                if cmd[:3] == ["ip", "netns", "add"]:
+                    self._created.append(cmd[3])
+                res = subprocess.run(cmd, capture_output=True, text=True)
+                if res.returncode != 0:
+                    raise SetupError(_explain(cmd, res.stderr.strip()))
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Delete the namespaces created so far (their veths and qdiscs go with them)."""
+        names, self._created = self._created, []
+        present = set(emulate.existing()) if names else set()
+        for cmd in emulate.teardown_commands([n for n in names if n in present]):
+            subprocess.run(cmd, capture_output=True, text=True)
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        self._saved.clear()
+        atexit.unregister(self.close)
+
+    def qdisc_stats(self) -> str:
+        """``tc -s qdisc`` of every rank's link (bytes sent through each shaper)."""
+        out = []
+        for i in range(self.topo.ranks):
+            res = subprocess.run(["tc", "-s", "-n", self.topo.ns(i), "qdisc", "show", "dev",
+                                  emulate.RANK_IF], capture_output=True, text=True)
+            out.append(f"# rank {i} {emulate.RANK_IF}: " + " ".join(res.stdout.split()))
+        return "\n".join(out)
+
+
+def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _explain(cmd: list[str], err: str) -> str:
+    if "netem" in cmd and "unknown" in err.lower():
+        return NETEM_MISSING.format(os.uname().release)
+    return f"{' '.join(cmd)} failed: {err or 'no message'}"
+
+
+def topology(args: argparse.Namespace) -> emulate.Topology:
+    """The topology asked for by ``--link``/``--delay``/``--burst`` and ``-np``."""
+    if not args.np or args.np < 2:
+        raise SystemExit("compcoll: --link needs -np N with N >= 2 (one namespace per rank)")
+    try:
+        return emulate.Topology(args.np, emulate.parse_rate(args.link),
+                                emulate.parse_duration(args.delay) if args.delay else 0.0,
+                                args.burst)
+    except ValueError as exc:
+        raise SystemExit(f"compcoll: {exc}") from None
+
+
+def inside() -> bool:
+    """True in a rank started by ``run_on_cluster``."""
+    return emulate.INSIDE in os.environ
+
+
+def run_on_cluster(topo: emulate.Topology, argv: list[str], stats: bool = True) -> int:
+    """Run ``python -m collectives argv`` with one rank per namespace of ``topo``."""
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        raise SystemExit("compcoll: --link needs MPICH's mpiexec (Hydra); pip install mpich")
+    try:
+        with Cluster(topo) as cluster:
+            cmd = emulate.mpmd_command(mpiexec, topo,
+                                       [sys.executable, "-m", "collectives", *without_np(argv)])
+            proc = subprocess.Popen(cmd)
+            try:
+                code = proc.wait()
+            finally:
+                if proc.poll() is None:
+                    proc.terminate()
+                    try:
+                        proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+            if stats:
+                print(cluster.qdisc_stats(), file=sys.stderr)
+            return code
+    except (RuntimeError, ValueError) as exc:
+        raise SystemExit(f"compcoll: {exc}") from None
+
+
+def add_link_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("emulated cluster (root, iproute2; MPICH over TCP)")
+    g.add_argument("--link", metavar="RATE",
+                   help="run each rank in its own network namespace behind a RATE link "
+                        "(e.g. 1gbit), shaped with tc tbf both ways")
+    g.add_argument("--delay", metavar="TIME",
+                   help="one-way link delay (e.g. 50us); needs the kernel's netem qdisc")
+    g.add_argument("--burst", type=int, metavar="BYTES",
+                   help="tbf bucket size (default: 2 ms at the rate, at least 64 KiB)")
+
+
+def _cleanup_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--all", action="store_true",
+                   help="also remove namespaces of emulated clusters still running")
+    p.add_argument("--dry-run", action="store_true", help="list what would be removed")
+
+
+@command("emulate cleanup", help="remove namespaces left by killed --link runs (cc<pid>-*)",
+         arguments=_cleanup_arguments)
+def cleanup(args: argparse.Namespace) -> int:
+    try:
+        emulate.check_host()
+    except RuntimeError as exc:
+        raise SystemExit(f"compcoll: {exc}") from None
+    names = emulate.leftovers(emulate.existing(), everything=args.all)
+    for cmd in emulate.teardown_commands(names):
+        if not args.dry_run:
+            subprocess.run(cmd, capture_output=True, text=True)
+    verb = "would remove" if args.dry_run else "removed"
+    print(f"{verb} {len(names)} namespace(s){': ' + ' '.join(names) if names else ''}")
+    return 0
