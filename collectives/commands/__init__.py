@@ -1,5 +1,5 @@
 """The ``compcoll`` subcommands; importing this package registers them in ``cli.COMMANDS``."""
 
-from . import bench_allreduce, bench_compressors, doctor, emulate
+from . import bench_allreduce, bench_compressors, doctor, emulate, model
 
-__all__ = ["bench_allreduce", "bench_compressors", "doctor", "emulate"]
+__all__ = ["bench_allreduce", "bench_compressors", "doctor", "emulate", "model"]

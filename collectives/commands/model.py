@@ -1,0 +1,179 @@
+"""``compcoll model``: what the cost model predicts for a cluster that is not here.
+
+Give the link (``--link 100gbit``: beta = 8 / rate) and the per-message latency
+(``--latency 2us``: alpha), or ``--fitted`` to probe this machine's communicator instead (under
+``-np N``) so the forecast can be held against ``compcoll bench allreduce``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from typing import Any
+
+from .. import costmodel, defaults, emulate, forecast
+from ..cli import command
+from .benchlib import bus_bandwidth, parse_size
+from .launch import relaunch
+
+COMPRESSORS = ["none", "fp16", "uniform:bits=8", "sign", "topk:ratio=0.01",
+               "randomk:ratio=0.01", "powersgd:rank=4"]
+_ITEMSIZE = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2}
+
+
+def parse_count(text: str) -> int:
+    """A parameter count: ``25.6M``, ``7B``, ``350K`` (powers of 1000, as models are sized)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMbBgG]?)\s*", text)
+    if m is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a parameter count; use e.g. 25.6M, 7B")
+    scale = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9}[m.group(2).upper()]
+    return int(float(m.group(1)) * scale)
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nodes", default="16,256,4096",
+                   help="comma-separated node counts (default 16,256,4096; with --fitted: -np)")
+    p.add_argument("--link", default="100gbit", help="link rate per node (default 100gbit)")
+    p.add_argument("--latency", default="2us", help="latency per message, alpha (default 2us)")
+    p.add_argument("--gamma", type=float, metavar="S_PER_BYTE",
+                   help="reduction seconds per byte (default: the kernel timed here)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--size", type=parse_size, help="gradient bytes (K/M/G: powers of 1024)")
+    size.add_argument("--params", type=parse_count, help="parameter count (e.g. 25.6M, 7B)")
+    p.add_argument("--dtype", default="float32", choices=sorted(_ITEMSIZE),
+                   help="gradient dtype with --params (default float32)")
+    p.add_argument("--segment", type=parse_size, help="pipeline segment bytes (default: "
+                   "collectives.defaults.segment_bytes)")
+    p.add_argument("--compressor", action="append", metavar="SPEC",
+                   help=f"price this compressor (repeatable; default {' '.join(COMPRESSORS)}; "
+                        "'--compressor none' alone prices only the dense case)")
+    p.add_argument("--compress-gbps", type=float, metavar="GBPS",
+                   help="encode and decode rate, GB/s of float32 input (default: each "
+                        "compressor timed here on 1M floats)")
+    p.add_argument("--fitted", action="store_true",
+                   help="fit alpha, beta, gamma on this machine's communicator (use -np N)")
+    p.add_argument("--json", metavar="PATH", help="write the forecast as JSON ('-': stdout)")
+    p.add_argument("-np", dest="np", type=int, metavar="N", help="ranks for --fitted")
+
+
+def _params(args: argparse.Namespace) -> tuple[costmodel.CostParams, list[int], str]:
+    if args.fitted:
+        from .. import as_communicator
+
+        comm = as_communicator(None)
+        c = costmodel.fit(comm)
+        nodes = sorted({comm.size, *_nodes(args.nodes)}) if args.nodes != "16,256,4096" \
+            else [comm.size]
+        return c, nodes, f"fitted on {comm.size} ranks here"
+    try:
+        rate = emulate.parse_rate(args.link)
+        alpha = emulate.parse_duration(args.latency)
+    except ValueError as exc:
+        raise SystemExit(f"compcoll: {exc}") from None
+    gamma = args.gamma if args.gamma is not None else costmodel.measure_gamma()
+    return (costmodel.CostParams(alpha, 8.0 / rate, gamma), _nodes(args.nodes),
+            f"link {args.link}, latency {args.latency}")
+
+
+def _nodes(text: str) -> list[int]:
+    try:
+        nodes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"compcoll: --nodes wants integers like 16,256,4096, got {text!r}") \
+            from None
+    if not nodes or min(nodes) < 2:
+        raise SystemExit(f"compcoll: --nodes needs counts >= 2, got {text!r}")
+    return nodes
+
+
+def build(args: argparse.Namespace) -> dict[str, Any]:
+    """The forecast as one JSON-able document."""
+    c, nodes, source = _params(args)
+    nbytes = args.size or (args.params or 25_600_000) * _ITEMSIZE[args.dtype]
+    seg = args.segment or defaults.segment_bytes
+    specs = args.compressor or COMPRESSORS
+    doc: dict[str, Any] = {
+        "source": source, "alpha_s": c.alpha, "beta_s_per_byte": c.beta,
+        "gamma_s_per_byte": c.gamma, "segment_bytes": seg, "size": nbytes, "nodes": []}
+    rates = {}
+    for spec in specs:
+        gbps = args.compress_gbps
+        rates[spec] = (forecast.CodecRates(gbps * 1e9, gbps * 1e9) if gbps
+                       else forecast.measure_codec(spec))
+    doc["codec_gbps"] = {s: {"compress": r.compress / 1e9, "decompress": r.decompress / 1e9}
+                         for s, r in rates.items()}
+    for p in nodes:
+        algos = {a: costmodel.predict(a, p, nbytes, c, seg) for a in costmodel.MODELED}
+        auto, _ = forecast.best(p, nbytes, c, seg)
+        doc["nodes"].append({
+            "nodes": p, "auto": auto,
+            "algorithms": {a: {"time_s": t, "busbw_GBps": bus_bandwidth(nbytes / t / 1e9, p)}
+                           for a, t in algos.items()},
+            "crossovers": forecast.crossovers(p, c, segment=seg),
+            "compressors": [forecast.price_compressor(s, p, nbytes, c, rates[s], seg)
+                            for s in specs]})
+    return doc
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def text(doc: dict[str, Any]) -> str:
+    """The forecast as tables, one block per node count."""
+    lines = [f"# compcoll model: {doc['source']}: alpha {doc['alpha_s'] * 1e6:.3g} us, "
+             f"beta {doc['beta_s_per_byte']:.3g} s/B ({1e-9 / doc['beta_s_per_byte']:.3g} GB/s), "
+             f"gamma {doc['gamma_s_per_byte']:.3g} s/B, segment {_size(doc['segment_bytes'])}",
+             f"# allreduce of {_size(doc['size'])} ({doc['size']} B)"]
+    for block in doc["nodes"]:
+        p = block["nodes"]
+        lines += ["", f"## {p} nodes: auto picks {block['auto']}",
+                  f"{'algorithm':>34} {'time(ms)':>11} {'busbw(GB/s)':>12}"]
+        for a, r in block["algorithms"].items():
+            mark = " <- auto" if a == block["auto"] else ""
+            lines.append(f"{a:>34} {r['time_s'] * 1e3:11.3f} {r['busbw_GBps']:12.3f}{mark}")
+        cross = ", ".join(f"{x['from']} -> {x['to']} at {_size(x['size'])}"
+                          for x in block["crossovers"]) or "none"
+        lines.append(f"# crossovers: {cross}")
+        lines.append(f"{'compressor':>34} {'wire':>10} {'time(ms)':>11} {'comm':>9} "
+                     f"{'codec':>9}  scheme")
+        for r in block["compressors"]:
+            if r["time_s"] is None:
+                lines.append(f"{r['compressor']:>34} {'-':>10} {'-':>11}  ({r['note']})")
+                continue
+            lines.append(f"{r['compressor']:>34} {_size(r['payload']):>10} "
+                         f"{r['time_s'] * 1e3:11.3f} {r['comm_s'] * 1e3:9.3f} "
+                         f"{r['codec_s'] * 1e3:9.3f}  {r['scheme']}")
+    return "\n".join(lines)
+
+
+@command("model", help="forecast allreduce and compressor times on a cluster from the cost "
+         "model", arguments=_arguments)
+def run(args: argparse.Namespace) -> int:
+    if args.fitted:
+        code = relaunch(args.np, args.argv)
+        if code is not None:
+            return code
+    elif args.np:
+        raise SystemExit("compcoll: -np only applies with --fitted (a forecast runs nowhere)")
+    doc = build(args)
+    if args.fitted:
+        from mpi4py import MPI
+
+        if MPI.COMM_WORLD.Get_rank() != 0:
+            return 0
+    if args.json == "-":
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+        return 0
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+    print(text(doc))
+    return 0
