@@ -44,14 +44,23 @@ def _job(comm: Communicator, work: np.ndarray, dtype: Any, op: str, collective: 
 
 
 def iallreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any = None,
-               out: Any = None, timeout: float | None = None,
-               validate: bool | None = None) -> Handle:
+               out: Any = None, timeout: float | None = None, validate: bool | None = None,
+               compressor: Any = None, feedback: Any = None, scheme: str = "auto",
+               name: str | None = None, step: int = 0, sparse_algorithm: str = "auto",
+               k: int | None = None, stats: dict | None = None) -> Handle:
     """Start an allreduce; ``wait()`` on the returned handle gives the result.
 
     Same arguments as :func:`allreduce`. Every rank must start its nonblocking collectives in
     the same order; several may be in flight at once.
     """
     c = as_communicator(comm)
+    if compressor is not None:
+        from .compressed.call import icompressed_allreduce
+
+        return icompressed_allreduce(
+            c, buf, compressor=compressor, feedback=feedback, scheme=scheme, op=op, out=out,
+            name=name, step=step, algorithm=algorithm, sparse_algorithm=sparse_algorithm, k=k,
+            timeout=timeout, validate=validate, stats=stats)
     if algorithm == "mpi" and c.engine == "mpi":
         direct = buffers.prepare_direct(buf, out, str(op).lower())
         if direct is not None:
@@ -94,8 +103,10 @@ def _direct_mpi(c: Communicator, direct: buffers.Direct, op: str, timeout: float
 
 
 def allreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any = None,
-              out: Any = None, timeout: float | None = None,
-              validate: bool | None = None) -> Any:
+              out: Any = None, timeout: float | None = None, validate: bool | None = None,
+              compressor: Any = None, feedback: Any = None, scheme: str = "auto",
+              name: str | None = None, step: int = 0, sparse_algorithm: str = "auto",
+              k: int | None = None, stats: dict | None = None) -> Any:
     """Reduce ``buf`` over all ranks of ``comm``; every rank gets the same bits.
 
     Args:
@@ -111,6 +122,14 @@ def allreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any =
         timeout: seconds any single wait may block before ``CollectiveTimeout``.
         validate: check count/dtype/op/algorithm agree on all ranks first (one small
             allgather); default from ``collectives.defaults.validate``.
+        compressor: compress before communicating: a ``compressors.Compressor`` or a spec
+            such as ``"uniform:bits=8"`` or ``"topk:ratio=0.01"`` (see ``collectives.compressed``).
+        feedback: a ``compressors.ErrorFeedback`` keeping this tensor's residual (needs name).
+        scheme: "auto", "dense", "reduce_scatter_allgather", "allgather" or "sparse".
+        name, step: the tensor's name (error-feedback key, seeds) and the training step.
+        sparse_algorithm, k: sparse allreduce algorithm for the sparse scheme; k = result
+            size of "gtopk".
+        stats: a dict to fill with the scheme used, compress/decompress seconds and bytes sent.
 
     Example::
 
@@ -120,7 +139,9 @@ def allreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any =
         >>> y = collectives.allreduce(x, op="sum", algorithm="ring")
     """
     return iallreduce(buf, op=op, algorithm=algorithm, comm=comm, out=out, timeout=timeout,
-                      validate=validate).wait()
+                      validate=validate, compressor=compressor, feedback=feedback,
+                      scheme=scheme, name=name, step=step, sparse_algorithm=sparse_algorithm,
+                      k=k, stats=stats).wait()
 
 
 def reduce_scatter(buf: Any, *, op: str = "sum", comm: Any = None,

@@ -59,8 +59,13 @@ class ErrorFeedback:
 
     def update(self, name: str, compensated: Any, payload: Payload) -> None:
         """residual[name] = compensated - decompress(payload)."""
+        self.update_sent(name, compensated, self.compressor.decompress(payload))
+
+    def update_sent(self, name: str, compensated: Any, sent: Any) -> None:
+        """residual[name] = compensated - sent, for schemes that know what was sent without
+        one payload (chunked compression, PowerSGD's local P Q^T, global top-k's survivors)."""
         wide, _ = _wide(compensated)
-        sent, _ = _wide(self.compressor.decompress(payload))
+        sent, _ = _wide(sent)
         res = wide - sent
         # NaN/Inf went out with the payload (so the step can be skipped); keeping them would
         # poison every later step.
@@ -94,6 +99,9 @@ class NoErrorFeedback(ErrorFeedback):
     def update(self, name: str, compensated: Any, payload: Payload) -> None:
         pass
 
+    def update_sent(self, name: str, compensated: Any, sent: Any) -> None:
+        pass
+
 
 class DGCFeedback(ErrorFeedback):
     """DGC momentum correction: u = m u + g, v = v + u; send from v, then zero u and v where
@@ -114,10 +122,9 @@ class DGCFeedback(ErrorFeedback):
         v = self.residuals.get(name)
         return _narrow(u if v is None or v.size != u.size else v + u, info)
 
-    def update(self, name: str, compensated: Any, payload: Payload) -> None:
-        super().update(name, compensated, payload)
-        sent, _ = _wide(self.compressor.decompress(payload))
-        mask = sent != 0
+    def update_sent(self, name: str, compensated: Any, sent: Any) -> None:
+        super().update_sent(name, compensated, sent)
+        mask = _wide(sent)[0] != 0
         self.velocities[name][mask] = 0
         self.residuals[name][mask] = 0
 

@@ -91,6 +91,8 @@ class Communicator(ABC):
 
     def __init__(self) -> None:
         self._seq = 0
+        #: bytes this rank has handed to isend (benchmarks read it to report traffic)
+        self.bytes_sent = 0
 
     @property
     @abstractmethod

@@ -92,6 +92,7 @@ class MPICommunicator(Communicator):
         return self._size
 
     def isend(self, buf: np.ndarray, dest: int, tag: int, what: str = "send") -> Request:
+        self.bytes_sent += buf.nbytes
         try:
             return _MPIRequest(self.comm.Isend(_bytes(buf), dest, tag), dest, what, buf)
         except MPI.Exception as exc:

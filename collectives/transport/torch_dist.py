@@ -89,6 +89,7 @@ class TorchCommunicator(Communicator):
     def isend(self, buf: np.ndarray, dest: int, tag: int, what: str = "send") -> Request:
         _, dist = _torch()
         t = self._tensor(buf)
+        self.bytes_sent += buf.nbytes
         return _WorkRequest(dist.isend(t, self._global[dest], group=self.group, tag=tag),
                             dest, what, t)
 

@@ -1,0 +1,88 @@
+"""Compressed allreduce: the collective follows the compressor's declared capabilities.
+
+Schemes (registry ``SCHEMES``):
+
+    dense                     summable payloads allreduced as they are (fp16, bf16, random-k,
+                              none; PowerSGD's P and Q)
+    reduce_scatter_allgather  quantized payloads: owner decodes, sums in fp32, recompresses
+    allgather                 any payload: everyone decodes all and sums
+    sparse                    sparse payloads through a sparse allreduce
+
+``scheme="auto"`` prices the feasible ones with the fitted cost model and the compressor's
+measured speed and payload size (``pricing``); an explicit scheme the compressor cannot use
+is refused with the reason and the schemes that would work.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import compressors
+from compressors import Compressor, ErrorFeedback
+
+from ..algorithms.common import Steps
+from ..dtypes import DType
+from . import dense, gather, rsag, sparse
+from .common import Ctx
+
+SCHEMES: dict[str, Callable[[Ctx], Steps]] = {
+    "dense": dense.run,
+    "reduce_scatter_allgather": rsag.run,
+    "allgather": gather.run,
+    "sparse": sparse.run,
+}
+
+__all__ = ["SCHEMES", "feasible", "resolve_compressor", "compressor_digest"]
+
+
+def resolve_compressor(compressor: Any) -> Compressor:
+    """A Compressor from an instance or a spec string such as "topk:ratio=0.01"."""
+    if isinstance(compressor, Compressor):
+        return compressor
+    if isinstance(compressor, str):
+        return compressors.get(compressor)
+    raise TypeError(f"compressor must be a compressors.Compressor or a spec string like "
+                    f"'uniform:bits=8', got {type(compressor).__name__}")
+
+
+def feasible(comp: Compressor) -> list[str]:
+    """The schemes this compressor's payloads can go through."""
+    caps = comp.capabilities
+    out = []
+    if caps.summable or caps.allreduce_steps:
+        out.append("dense")
+    if not caps.sparse and caps.same_size_on_all_ranks and not caps.allreduce_steps:
+        out.append("reduce_scatter_allgather")
+    out += ["allgather", "sparse"]
+    return out
+
+
+def check_scheme(scheme: str, comp: Compressor) -> None:
+    if scheme == "auto":
+        return
+    if scheme not in SCHEMES:
+        raise ValueError(f"unknown scheme {scheme!r}; available: auto, {', '.join(SCHEMES)}")
+    ok = feasible(comp)
+    if scheme not in ok:
+        caps = comp.capabilities
+        why = {"dense": "its payloads cannot be added without decoding (summable=False)",
+               "reduce_scatter_allgather": "it needs same-size dense payloads on every rank "
+               f"(sparse={caps.sparse}, same_size_on_all_ranks={caps.same_size_on_all_ranks})"}
+        raise ValueError(f"scheme {scheme!r} cannot carry {comp.name}{comp.params}: "
+                         f"{why.get(scheme, '')}; use one of: {', '.join(ok)}")
+
+
+def compressor_digest(comp: Compressor) -> int:
+    """A 31-bit fingerprint of the compressor and its parameters (validation across ranks)."""
+    text = f"{comp.name}:{sorted(comp.params.items())!r}"
+    return zlib.crc32(text.encode()) & 0x7FFFFFFF
+
+
+def make_ctx(comm: Any, tag: int, comp: Compressor, feedback: ErrorFeedback | None, name: str,
+             step: int, x: Any, dtype: DType, **options: Any) -> Ctx:
+    acc = np.dtype(np.float64 if dtype.name == "float64" else np.float32)
+    return Ctx(comm, tag, comp, feedback, name, step, x, dtype, acc, **options)

@@ -1,0 +1,89 @@
+"""``allreduce(buf, compressor=...)``: set up, validate, pick the scheme, run it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import _compcoll  # noqa: F401  (fp16/bf16 conversion kernels; imported for a clear error)
+from compressors import ErrorFeedback
+
+from .. import buffers, costmodel, ops
+from ..config import defaults
+from ..errors import MismatchError
+from ..progress import Handle
+from ..transport.base import Communicator
+from . import SCHEMES, check_scheme, compressor_digest, feasible, make_ctx, resolve_compressor
+from .select import choose
+
+
+def _input_view(work: np.ndarray, dtype: Any, shape: tuple[int, ...]) -> Any:
+    """The compressor's view of the buffer: numpy, or a torch tensor for bfloat16."""
+    if dtype.name == "bfloat16":
+        import torch
+
+        return torch.from_numpy(work.view(np.int16)).view(torch.bfloat16).reshape(shape)
+    return work.reshape(shape)
+
+
+def _store(result: np.ndarray, work: np.ndarray, dtype: Any) -> None:
+    """Round the fp32/fp64 sum into the caller's dtype, in place."""
+    if dtype.itemsize == 2:
+        _compcoll.float_to_half(np.ascontiguousarray(result, np.float32), work, dtype.code)
+    else:
+        np.copyto(work, result, casting="same_kind")
+
+
+def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedback: Any,
+                          scheme: str, op: str, out: Any, name: str | None, step: int,
+                          algorithm: str, sparse_algorithm: str, k: int | None,
+                          timeout: float | None, validate: bool | None,
+                          stats: dict | None) -> Handle:
+    comp = resolve_compressor(compressor)
+    if feedback is not None and not isinstance(feedback, ErrorFeedback):
+        raise TypeError("feedback must be a compressors.ErrorFeedback (it keeps the residuals "
+                        f"between steps), got {type(feedback).__name__}")
+    if feedback is not None and not name:
+        raise ValueError("pass name=: error feedback keeps one residual per tensor name")
+    check_scheme(scheme, comp)
+    shape = tuple(buf.shape)
+    prepared = buffers.prepare(buf, out)
+    dtype = prepared.dtype
+    if not dtype.is_float:
+        raise ValueError(f"compressed allreduce needs a floating-point buffer, got {dtype.name}")
+    op = ops.check_op(op, dtype)
+    if op not in ("sum", "avg"):
+        raise ValueError(f"compressed allreduce sums (op='sum' or 'avg'), got op={op!r}")
+    schemes = feasible(comp)
+    if defaults.validate if validate is None else validate:
+        fields = {"element count": prepared.work.size, "dtype": dtype.code,
+                  "op": ops.SUPPORTED_OPS.index(op),
+                  "scheme": -1 if scheme == "auto" else list(SCHEMES).index(scheme),
+                  "compressor and its parameters": compressor_digest(comp),
+                  "error feedback on/off": int(feedback is not None)}
+        table = c.allgather_ints(list(fields.values()), collective="compressed allreduce "
+                                 "(validation)", timeout=timeout)
+        for j, what in enumerate(fields):
+            if (table[:, j] != table[0, j]).any():
+                raise MismatchError(f"compressed allreduce: ranks disagree on {what} "
+                                    f"({table[:, j].tolist()}); every rank must pass the same")
+    if "auto" in (scheme, algorithm, sparse_algorithm):
+        costmodel.params(c)  # fit now, collectively, not midway through the steps
+    if scheme == "auto":
+        scheme = choose(c, comp, prepared.work.size, dtype.itemsize, schemes)
+    ctx = make_ctx(c, c.next_tag(), comp, feedback, name or "buffer", step,
+                   _input_view(prepared.work, dtype, shape), dtype, algorithm=algorithm,
+                   sparse_algorithm=sparse_algorithm, k=k)
+    sent_before = c.bytes_sent
+
+    def finish() -> Any:
+        result = ctx.result
+        if op == "avg" and c.size > 1:
+            result = result / result.dtype.type(c.size)
+        _store(result, prepared.work, dtype)
+        if stats is not None:
+            stats.update(ctx.stats, scheme=scheme, bytes_sent=c.bytes_sent - sent_before)
+        return prepared.finish()
+
+    return Handle(SCHEMES[scheme](ctx), finish, f"compressed allreduce[{scheme}]", timeout)

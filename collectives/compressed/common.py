@@ -1,0 +1,74 @@
+"""The per-call state of a compressed allreduce and the conversions every scheme needs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from compressors import Compressor, ErrorFeedback, Payload
+
+from ..dtypes import DType
+from ..transport.base import Communicator
+
+
+@dataclass
+class Ctx:
+    """One compressed allreduce: what to compress, with what, and where the sum goes."""
+
+    comm: Communicator
+    tag: int
+    comp: Compressor
+    fb: ErrorFeedback | None
+    name: str
+    step: int
+    x: Any  # the compressor's input: numpy array, or a torch tensor for bfloat16
+    dtype: DType
+    acc: np.dtype  # float32, or float64 for float64 buffers
+    algorithm: str = "auto"  # dense algorithm for the dense scheme
+    sparse_algorithm: str = "auto"
+    k: int | None = None  # result size of a global top-k sparse allreduce
+    result: np.ndarray | None = None  # the sum, in acc dtype, flat
+    stats: dict[str, float] = field(default_factory=lambda: {"compress_s": 0.0,
+                                                             "decompress_s": 0.0})
+
+    @contextmanager
+    def timed(self, key: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stats[key] += time.perf_counter() - t0
+
+    def compensate(self, x: Any, name: str | None = None) -> Any:
+        """x plus the error-feedback residual of ``name`` (x itself without feedback)."""
+        return x if self.fb is None else self.fb.compensate(x, name or self.name)
+
+    def compress(self, x: Any, name: str) -> Payload:
+        with self.timed("compress_s"):
+            return self.comp.compress(x, name=name, step=self.step)
+
+    def decode(self, payload: Payload) -> np.ndarray:
+        """Decompress to a flat array of the accumulation dtype."""
+        with self.timed("decompress_s"):
+            return to_acc(self.comp.decompress(payload), self.acc)
+
+    def decode_bytes(self, data: np.ndarray) -> np.ndarray:
+        """Decode a peer's wire bytes (validated: a foreign or damaged payload raises)."""
+        return self.decode(Payload.from_bytes(memoryview(data)))
+
+
+def to_acc(x: Any, acc: np.dtype) -> np.ndarray:
+    """Flat numpy copy of a decoded array (numpy or torch, any float dtype) in ``acc``."""
+    if type(x).__module__.startswith("torch"):
+        x = x.detach().reshape(-1).float().cpu().numpy()
+    return np.asarray(x).reshape(-1).astype(acc)
+
+
+def wire(payload: Payload) -> np.ndarray:
+    """A payload's wire bytes as a uint8 array."""
+    return np.frombuffer(payload.to_bytes(), dtype=np.uint8)

@@ -1,0 +1,55 @@
+"""``scheme="auto"``: price every feasible scheme and take the cheapest.
+
+A compressor's speed and payload size are measured once per communicator on 256K Gaussian
+floats; the per-rank measurements are combined (maximum) so every rank prices alike.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from compressors import Compressor
+
+from .. import costmodel, pricing
+from ..transport.base import Communicator
+
+_PROBE = 1 << 18
+
+
+def measure(comm: Communicator, comp: Compressor) -> tuple[float, float, float, float]:
+    """(compress s/B, decompress s/B, payload bytes per element, kept fraction) of ``comp``,
+    identical on every rank (collective on first use per compressor)."""
+    cache: dict = comm.__dict__.setdefault("_compressor_speed", {})
+    key = (comp.name, tuple(sorted(comp.params.items())))
+    if key not in cache:
+        x = np.random.default_rng(0).standard_normal(_PROBE).astype(np.float32)
+        tc, td = [], []
+        for rep in range(3):
+            t0 = time.perf_counter()
+            payload = comp.compress(x, name="probe", step=rep)
+            t1 = time.perf_counter()
+            comp.decompress(payload)
+            tc.append(t1 - t0)
+            td.append(time.perf_counter() - t1)
+        kept = payload.buffers["values"].size / _PROBE if comp.capabilities.sparse else 1.0
+        mine = np.array([np.median(tc) / x.nbytes, np.median(td) / x.nbytes,
+                         payload.nbytes / _PROBE, kept], dtype=np.float64)
+        table = comm.allgather_ints(mine.view(np.int64), collective="compressor probe")
+        cache[key] = tuple(float(v) for v in table.view(np.float64).max(axis=0))
+    return cache[key]
+
+
+def choose(comm: Communicator, comp: Compressor, numel: int, value_bytes: int,
+           schemes: list[str]) -> str:
+    """The scheme of least predicted time among ``schemes``."""
+    c = costmodel.params(comm)
+    cs, ds, per_elem, kept = measure(comm, comp)
+    payload = int(per_elem * numel)
+    k = int(kept * numel)
+
+    def price(s: str) -> float:
+        return pricing.predict_scheme(s, comm.size, numel, value_bytes, payload, c, cs, ds, k)
+
+    return min(schemes, key=lambda s: (price(s), s))

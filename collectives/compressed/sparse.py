@@ -1,0 +1,55 @@
+"""The sparse scheme: sparse payloads (top-k, threshold) go through a sparse allreduce.
+
+A non-sparse compressor's decoded tensor is sent by its non-zeros. With global top-k the
+result keeps k entries and what this rank contributed outside them returns to its error
+feedback (it was not sent after all)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from compressors.arrays import to_f32
+
+from .. import pricing
+from ..algorithms.common import Steps
+from ..exchange import allgather_ints
+from ..sparse import ALGORITHMS, choose
+from ..sparse.common import SparseJob
+from ..sparse.merge import coalesce, index_dtype
+from .common import Ctx
+
+
+def run(ctx: Ctx) -> Steps:
+    xc = ctx.compensate(ctx.x)
+    payload = ctx.compress(xc, ctx.name)
+    n = payload.numel
+    if "indices" in payload.buffers:  # (indices, values) payloads: top-k, threshold
+        vals = payload.buffers["values"]
+        idx, val = payload.buffers["indices"], to_f32(vals, payload.dtype).astype(ctx.acc)
+    else:
+        dense = ctx.decode(payload)
+        idx = np.flatnonzero(dense)
+        val = dense[idx]
+    idx, val = coalesce(idx, val, n, ctx.acc)
+    algo, k = ctx.sparse_algorithm, ctx.k
+    if algo == "auto" or (algo == "gtopk" and k is None):
+        nnz = yield from allgather_ints(ctx.comm, ctx.tag, np.array([idx.size]))
+        k = int(nnz.max()) if k is None else k
+        if algo == "auto":
+            algo = choose(ctx.comm, n, k, ctx.acc.itemsize)
+    vb = ctx.acc.itemsize
+    job = SparseJob(ctx.comm, ctx.tag, idx, val, n, ctx.acc, k,
+                    pricing.sparse_dense_threshold(index_dtype(n).itemsize, vb))
+    ridx, rval = yield from ALGORITHMS[algo](job)
+    if ctx.fb is not None:
+        if algo == "gtopk":  # only what survived the global selection was sent
+            sent = np.zeros(n, ctx.acc)
+            keep = np.isin(idx, ridx, assume_unique=True)
+            sent[idx[keep]] = val[keep]
+            ctx.fb.update_sent(ctx.name, xc, sent)
+        else:
+            ctx.fb.update(ctx.name, xc, payload)
+    out = np.zeros(n, ctx.acc)
+    out[ridx] = rval
+    ctx.result = out
+

@@ -1,0 +1,124 @@
+"""Sparse allreduce: every rank contributes (indices, values) of a vector of ``size``.
+
+Algorithms (registry ``ALGORITHMS``): ``ssar_recursive_doubling``, ``ssar_split_allgather``,
+``dsar`` (SparCML, Renggli et al. SC'19) and ``gtopk`` (global top-k, result k-sparse).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import costmodel, pricing
+from ..config import defaults
+from ..errors import MismatchError
+from ..progress import Handle
+from ..transport import as_communicator
+from . import gtopk, split, ssar
+from .common import SparseJob, SparseSteps
+from .merge import coalesce, index_dtype
+
+ALGORITHMS: dict[str, Callable[[SparseJob], SparseSteps]] = {
+    "ssar_recursive_doubling": ssar.recursive_doubling,
+    "ssar_split_allgather": split.split_allgather,
+    "dsar": split.dsar,
+    "gtopk": gtopk.gtopk,
+}
+
+__all__ = ["ALGORITHMS", "isparse_allreduce", "sparse_allreduce"]
+
+
+def _host(x: Any) -> tuple[np.ndarray, bool]:
+    """numpy view of a numpy array or CPU tensor (values widened from bf16), and is-torch."""
+    if type(x).__module__.startswith("torch"):
+        t = x.detach().reshape(-1)
+        if str(t.dtype) in ("torch.bfloat16", "torch.float16"):
+            t = t.float()
+        return t.cpu().numpy(), True
+    return np.asarray(x).reshape(-1), False
+
+
+def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
+                      algorithm: str = "auto", k: int | None = None, dense: bool = True,
+                      timeout: float | None = None, validate: bool | None = None) -> Handle:
+    """Start a sparse allreduce; ``wait()`` returns what ``sparse_allreduce`` returns."""
+    c = as_communicator(comm)
+    if algorithm != "auto" and algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown sparse algorithm {algorithm!r}; available: auto, "
+                         f"{', '.join(ALGORITHMS)}")
+    if algorithm == "gtopk" and k is None:
+        raise ValueError("algorithm 'gtopk' keeps the k largest entries: pass k=")
+    if not isinstance(size, int | np.integer) or size < 0:
+        raise ValueError(f"size must be a non-negative int, got {size!r}")
+    idx_in, _ = _host(indices)
+    val_in, is_torch = _host(values)
+    if val_in.dtype.kind != "f":
+        raise ValueError(f"sparse values must be floating point, got {val_in.dtype}")
+    acc = np.dtype(np.float64 if val_in.dtype == np.float64 else np.float32)
+    idx, val = coalesce(idx_in, val_in, int(size), acc)
+    names = list(ALGORITHMS)
+    algo_id = -1 if algorithm == "auto" else names.index(algorithm)
+    check = defaults.validate if validate is None else validate
+    if check or algorithm == "auto":
+        table = c.allgather_ints([size, acc.itemsize, -1 if k is None else k, algo_id, idx.size],
+                                 collective="sparse_allreduce (metadata)", timeout=timeout)
+        if check:
+            for j, what in enumerate(("size", "value dtype", "k", "algorithm")):
+                if (table[:, j] != table[0, j]).any():
+                    raise MismatchError(f"sparse_allreduce: ranks disagree on {what} "
+                                        f"({table[:, j].tolist()}); pass the same {what}")
+        if algorithm == "auto":
+            algorithm = "gtopk" if k is not None else choose(c, int(size), int(table[:, 4].max()),
+                                                             acc.itemsize)
+    job = SparseJob(c, c.next_tag(), idx, val, int(size), acc, k,
+                    pricing.sparse_dense_threshold(index_dtype(size).itemsize, acc.itemsize))
+    result: dict[str, Any] = {}
+
+    def steps() -> SparseSteps:
+        result["set"] = yield from ALGORITHMS[algorithm](job)
+        return result["set"]
+
+    def finish() -> Any:
+        ridx, rval = result["set"]
+        if not dense:
+            return ridx, rval
+        out = np.zeros(int(size), acc)
+        out[ridx] = rval
+        if is_torch:
+            import torch
+
+            return torch.from_numpy(out)
+        return out
+
+    return Handle(steps(), finish, f"sparse_allreduce[{algorithm}]", timeout)
+
+
+def sparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
+                     algorithm: str = "auto", k: int | None = None, dense: bool = True,
+                     timeout: float | None = None, validate: bool | None = None) -> Any:
+    """Sum sparse vectors over all ranks; every rank gets the same result.
+
+    Args:
+        indices, values: this rank's entries (duplicates are summed; may be empty).
+        size: length of the dense vector (the same on every rank).
+        algorithm: "auto" (priced by the cost model), or a name in ``ALGORITHMS``.
+        k: for "gtopk", the number of entries the result keeps.
+        dense: return a dense array of ``size`` (default), or (indices, values) sorted.
+
+    Values are summed in float32 (float64 for float64 input). Entries whose sum is exactly
+    zero may be left out of a sparse result.
+    """
+    return isparse_allreduce(indices, values, size, comm=comm, algorithm=algorithm, k=k,
+                             dense=dense, timeout=timeout, validate=validate).wait()
+
+
+def choose(comm: Any, size: int, nnz: int, value_bytes: int) -> str:
+    """The sparse algorithm of least predicted time for nnz entries per rank (all ranks
+    agree: the fitted parameters and nnz are the same everywhere)."""
+    c = costmodel.params(comm)
+    ib = index_dtype(size).itemsize
+    return min(pricing.SPARSE_MODELED,
+               key=lambda a: (pricing.predict_sparse(a, comm.size, size, nnz, c, ib, value_bytes),
+                              a))

@@ -1,0 +1,71 @@
+"""Sparse vectors as (sorted unique int64 indices, values) and their exact merging.
+
+Values are summed in float32 (float64 for float64 input): low-precision inputs accumulate in
+fp32. Merges take their inputs in a fixed order, so whoever merges the same sets gets the same
+bits; a two-way merge is commutative bit for bit (a + b == b + a).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Wire format of one sparse set: [int64 count][indices as int32 or int64][values].
+
+
+def coalesce(indices: np.ndarray, values: np.ndarray, size: int,
+             acc: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique indices with duplicates summed; checks every index is in [0, size)."""
+    idx = np.asarray(indices).reshape(-1).astype(np.int64, copy=False)
+    val = np.asarray(values).reshape(-1).astype(acc, copy=False)
+    if idx.size != val.size:
+        raise ValueError(f"sparse input has {idx.size} indices but {val.size} values")
+    if idx.size and (idx.min() < 0 or idx.max() >= size):
+        raise ValueError(f"sparse indices must lie in [0, {size}); got [{idx.min()}, {idx.max()}]")
+    if idx.size > 1 and not (np.diff(idx) > 0).all():
+        uniq, inv = np.unique(idx, return_inverse=True)
+        summed = np.zeros(uniq.size, dtype=acc)
+        np.add.at(summed, inv, val)
+        return uniq, summed
+    return idx.copy(), val.copy()
+
+
+def merge(sets: list[tuple[np.ndarray, np.ndarray]], acc: np.dtype
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """Union of sorted sparse sets, values summed in list order."""
+    sets = [s for s in sets if s[0].size]
+    if not sets:
+        return np.zeros(0, np.int64), np.zeros(0, acc)
+    if len(sets) == 1:
+        return sets[0][0], sets[0][1].astype(acc, copy=False)
+    idx = np.concatenate([s[0] for s in sets])
+    val = np.concatenate([s[1] for s in sets]).astype(acc, copy=False)
+    uniq, inv = np.unique(idx, return_inverse=True)
+    summed = np.zeros(uniq.size, dtype=acc)
+    np.add.at(summed, inv, val)  # in list order: deterministic
+    return uniq, summed
+
+
+def index_dtype(size: int) -> np.dtype:
+    """int32 on the wire when every index fits: 8 bytes per float32 entry instead of 12."""
+    return np.dtype(np.int32) if size < 2**31 else np.dtype(np.int64)
+
+
+def pack(idx: np.ndarray, val: np.ndarray, size: int) -> np.ndarray:
+    """One byte buffer: count, indices (narrowed), values."""
+    head = np.array([idx.size], dtype=np.int64).view(np.uint8)
+    return np.concatenate([head, idx.astype(index_dtype(size)).view(np.uint8),
+                           np.ascontiguousarray(val).view(np.uint8)])
+
+
+def unpack(buf: np.ndarray, size: int, acc: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of ``pack``; validates the lengths against the count."""
+    if buf.size < 8:
+        raise ValueError(f"sparse message of {buf.size} bytes is shorter than its header")
+    n = int(buf[:8].view(np.int64)[0])
+    it = index_dtype(size)
+    want = 8 + n * (it.itemsize + np.dtype(acc).itemsize)
+    if n < 0 or buf.size != want:
+        raise ValueError(f"sparse message of {buf.size} bytes does not hold {n} entries")
+    idx = buf[8:8 + n * it.itemsize].view(it).astype(np.int64)
+    val = buf[8 + n * it.itemsize:].view(acc)
+    return idx, val

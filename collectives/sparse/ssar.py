@@ -1,0 +1,51 @@
+"""SSAR recursive doubling (Renggli et al., SparCML, SC'19): log2(p) rounds in which partners
+exchange their whole current sparse set and merge it. Latency-optimal; the sets grow as they
+merge, so it suits very sparse inputs. Non-powers of two fold as the dense algorithm does."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..algorithms.common import pof2_below
+from ..algorithms.recursive_doubling import new_rank, real_rank
+from .common import SparseJob, SparseSteps
+from .merge import merge, pack, unpack
+
+
+def _swap(job: SparseJob, peer: int, mine: np.ndarray, what: str) -> SparseSteps:
+    """Send our packed set to ``peer`` and receive theirs (count first, then the bytes)."""
+    comm, tag = job.comm, job.tag
+    theirs_n = np.empty(1, np.int64)
+    yield [comm.irecv(theirs_n, peer, tag, what), comm.isend(
+        np.array([mine.size], np.int64), peer, tag, what)]
+    theirs = np.empty(int(theirs_n[0]), np.uint8)
+    reqs = [comm.isend(mine, peer, tag, what)] if mine.size else []
+    if theirs.size:
+        reqs.append(comm.irecv(theirs, peer, tag, what))
+    yield reqs
+    return theirs
+
+
+def recursive_doubling(job: SparseJob) -> SparseSteps:
+    p, r = job.comm.size, job.comm.rank
+    cur = (job.idx, job.val)
+    rem = p - pof2_below(p)
+    if r < 2 * rem and r % 2 == 0:  # hand the set to the odd neighbour, get the result back
+        yield from _swap(job, r + 1, pack(*cur, job.size), "sparse fold")
+        res = yield from _swap(job, r + 1, np.zeros(0, np.uint8), "sparse unfold")
+        return unpack(res, job.size, job.acc)
+    if r < 2 * rem:
+        theirs = yield from _swap(job, r - 1, np.zeros(0, np.uint8), "sparse fold")
+        cur = merge([cur, unpack(theirs, job.size, job.acc)], job.acc)
+    nr, pof2 = new_rank(r, p), pof2_below(p)
+    mask = 1
+    while mask < pof2:
+        peer = real_rank(nr ^ mask, p)
+        theirs = yield from _swap(job, peer, pack(*cur, job.size), f"sparse distance {mask}")
+        got = unpack(theirs, job.size, job.acc)
+        # Lower rank's set first on both sides: the same order gives the same bits.
+        cur = merge([cur, got] if nr < nr ^ mask else [got, cur], job.acc)
+        mask <<= 1
+    if r < 2 * rem:
+        yield from _swap(job, r - 1, pack(*cur, job.size), "sparse unfold")
+    return cur

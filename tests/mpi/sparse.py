@@ -1,0 +1,95 @@
+"""Sparse allreduce on every algorithm: exact against the dense sum of the scattered inputs
+(integer-valued floats), identical on all ranks, for overlapping, disjoint, empty, duplicate
+and all-dense inputs; global top-k keeps exactly the k largest of the true sum.
+Run: mpiexec -n P python tests/mpi/sparse.py"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from collectives import MismatchError
+from collectives.sparse import ALGORITHMS, sparse_allreduce
+from collectives.sparse.gtopk import top_k
+
+from common import WORLD, Checker
+
+P, R = WORLD.size, WORLD.rank
+SIZE = 1000
+
+
+def inputs(case: str) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng([R, len(case)])
+    idx = {
+        "overlapping": lambda: rng.choice(SIZE, 60, replace=False),
+        "disjoint": lambda: np.arange(R, SIZE, P)[:40],
+        "empty ranks": lambda: (np.zeros(0, np.int64) if R % 2 == 0
+                                else rng.choice(SIZE, 30, replace=False)),
+        "all empty": lambda: np.zeros(0, np.int64),
+        "all dense": lambda: np.arange(SIZE),
+        "duplicates": lambda: rng.integers(0, SIZE, 90),
+        "clustered": lambda: rng.choice(50, 20, replace=False),  # mass in a few ranges
+    }[case]()
+    return idx, rng.integers(-5, 6, idx.size).astype(np.float32)
+
+
+def dense_sum(case: str) -> np.ndarray:
+    total = np.zeros(SIZE, np.float64)
+    for i, v in WORLD.allgather(inputs(case)):
+        np.add.at(total, i, v)
+    return total
+
+
+def main() -> None:
+    chk = Checker("sparse allreduce")
+    for case in ("overlapping", "disjoint", "empty ranks", "all empty", "all dense",
+                 "duplicates", "clustered"):
+        idx, val = inputs(case)
+        want = dense_sum(case)
+        for algo in [a for a in ALGORITHMS if a != "gtopk"] + ["auto"]:
+            what = f"{algo} {case}"
+            got = chk.run(what, sparse_allreduce, idx, val, SIZE, algorithm=algo)
+            if got is None:
+                continue
+            chk.check(np.array_equal(got, want.astype(np.float32)), f"{what}: wrong sum")
+            chk.identical(got, what)
+            si, sv = sparse_allreduce(idx, val, SIZE, algorithm=algo, dense=False)
+            chk.check(bool((np.diff(si) > 0).all()) and np.array_equal(want[si], sv) and
+                      not np.any(np.delete(want, si)), f"{what}: sparse form")
+        for k in (0, 1, 7, 50):
+            what = f"gtopk k={k} {case}"
+            si, sv = chk.run(what, sparse_allreduce, idx, val, SIZE, algorithm="gtopk", k=k,
+                             dense=False) or (None, None)
+            if si is None:
+                continue
+            nz = np.flatnonzero(want)
+            ti, tv = top_k(nz, want[nz].astype(np.float32), k)
+            # Equal magnitudes may tie at the cut: compare the kept magnitudes, then indices.
+            chk.check(si.size == ti.size and np.array_equal(np.sort(np.abs(sv)),
+                                                            np.sort(np.abs(tv))),
+                      f"{what}: not the k largest ({si.size} vs {ti.size})")
+            chk.check(np.array_equal(want[si].astype(np.float32), sv), f"{what}: values")
+            chk.identical(np.concatenate([si.view(np.uint8), sv.view(np.uint8)]), what)
+    t = sparse_allreduce(torch.tensor([1, 1, 2]), torch.ones(3, dtype=torch.bfloat16), 4)
+    chk.check(isinstance(t, torch.Tensor) and t.tolist() == [0, 2 * P, P, 0], "torch in/out")
+    for bad, needle in ((lambda: sparse_allreduce([5], [1.0], 4), "[0, 4)"),
+                        (lambda: sparse_allreduce([1, 2], [1.0], 4), "2 indices but 1"),
+                        (lambda: sparse_allreduce([1], [1], 4), "floating point"),
+                        (lambda: sparse_allreduce([1], [1.0], 4, algorithm="gtopk"), "pass k"),
+                        (lambda: sparse_allreduce([1], [1.0], 4, algorithm="x"), "available")):
+        try:
+            bad()
+            chk.check(False, f"accepted: {needle}")
+        except ValueError as exc:
+            chk.check(needle in str(exc), f"{needle!r} not in {exc}")
+    if P > 1:
+        try:
+            sparse_allreduce([0], [1.0], 4 + (R == 0))
+            chk.check(False, "size mismatch accepted")
+        except MismatchError as exc:
+            chk.check("size" in str(exc), str(exc))
+    chk.finish()
+
+
+if __name__ == "__main__":
+    main()
