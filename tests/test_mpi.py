@@ -64,3 +64,13 @@ def test_killed_rank_fails_the_job_instead_of_hanging() -> None:
     assert res.returncode != 0
     assert "survived the loop" not in res.stdout
     assert time.monotonic() - t0 < 40
+
+
+@pytest.mark.parametrize("np_", [1, 2, 3, 5, 8])
+def test_sparse_allreduce(np_: int) -> None:
+    _passed(run("sparse.py", np_, timeout=200), "sparse allreduce")
+
+
+@pytest.mark.parametrize("np_", [1, 2, 3, 5])
+def test_compressed_allreduce(np_: int) -> None:
+    _passed(run("compressed.py", np_, timeout=300), "compressed allreduce")

@@ -72,16 +72,15 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
         costmodel.params(c)  # fit now, collectively, not midway through the steps
     if scheme == "auto":
         scheme = choose(c, comp, prepared.work.size, dtype.itemsize, schemes)
+    ops.prescale(prepared.work, dtype, op, c.size)  # fp16/bf16 average: divide first
     ctx = make_ctx(c, c.next_tag(), comp, feedback, name or "buffer", step,
                    _input_view(prepared.work, dtype, shape), dtype, algorithm=algorithm,
                    sparse_algorithm=sparse_algorithm, k=k)
     sent_before = c.bytes_sent
 
     def finish() -> Any:
-        result = ctx.result
-        if op == "avg" and c.size > 1:
-            result = result / result.dtype.type(c.size)
-        _store(result, prepared.work, dtype)
+        _store(ctx.result, prepared.work, dtype)
+        ops.finish(prepared.work, dtype, op, c.size)  # fp32/fp64 average: divide after
         if stats is not None:
             stats.update(ctx.stats, scheme=scheme, bytes_sent=c.bytes_sent - sent_before)
         return prepared.finish()

@@ -66,7 +66,10 @@ def to_acc(x: Any, acc: np.dtype) -> np.ndarray:
     """Flat numpy copy of a decoded array (numpy or torch, any float dtype) in ``acc``."""
     if type(x).__module__.startswith("torch"):
         x = x.detach().reshape(-1).float().cpu().numpy()
-    return np.asarray(x).reshape(-1).astype(acc)
+    x = np.asarray(x).reshape(-1)
+    if x.dtype == np.uint16:  # a decoded bfloat16 payload from the wire: bit patterns
+        x = (x.astype(np.uint32) << 16).view(np.float32)
+    return x.astype(acc)
 
 
 def wire(payload: Payload) -> np.ndarray:
