@@ -82,3 +82,22 @@ def predict_scheme(scheme: str, p: int, numel: int, value_bytes: int, payload_by
         return comp + min(predict_sparse(a, p, numel, sparse_k, c, 4, value_bytes)
                           for a in SPARSE_MODELED) + decomp
     raise ValueError(f"no price for scheme {scheme!r}")
+
+
+def predicted_bytes(scheme: str, p: int, payload_bytes: int, entries: int = 0,
+                    entry_bytes: int = 8) -> float:
+    """Bytes one rank sends in a compressed allreduce (metadata left out).
+
+    dense: ring/Rabenseifner move 2(p-1)/p of the payload; reduce_scatter_allgather the same;
+    allgather (ring): (p-1) payloads; sparse split-allgather: (p-1)/p of its own entries
+    plus (p-1)/p of the union, at most p times its own entries.
+    """
+    if p <= 1:
+        return 0.0
+    if scheme in ("dense", "reduce_scatter_allgather"):
+        return 2 * (p - 1) / p * payload_bytes
+    if scheme == "allgather":
+        return (p - 1) * payload_bytes
+    if scheme == "sparse":
+        return (p - 1) / p * entries * entry_bytes * (1 + p)
+    raise ValueError(f"no byte count for scheme {scheme!r}")

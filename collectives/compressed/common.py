@@ -57,9 +57,20 @@ class Ctx:
         with self.timed("decompress_s"):
             return to_acc(self.comp.decompress(payload), self.acc)
 
-    def decode_bytes(self, data: np.ndarray) -> np.ndarray:
+    def decode_into(self, payload: Payload, out: np.ndarray) -> None:
+        """Decompress into ``out`` (flat, acc dtype): straight in when the dtypes match, which
+        saves a temporary and a copy of the full tensor per payload."""
+        if out.size != payload.numel:
+            raise ValueError(f"payload of {payload.numel} elements for {out.size} places")
+        with self.timed("decompress_s"):
+            if out.dtype.name == payload.dtype:
+                self.comp.decompress(payload, out=out.reshape(payload.shape))
+            else:
+                out[...] = to_acc(self.comp.decompress(payload), self.acc)
+
+    def decode_bytes_into(self, data: np.ndarray, out: np.ndarray) -> None:
         """Decode a peer's wire bytes (validated: a foreign or damaged payload raises)."""
-        return self.decode(Payload.from_bytes(memoryview(data)))
+        self.decode_into(Payload.from_bytes(memoryview(data)), out)
 
 
 def to_acc(x: Any, acc: np.dtype) -> np.ndarray:

@@ -22,18 +22,24 @@ def run(ctx: Ctx) -> Steps:
     blocks = partition(int(flat.shape[0]), p)
     payloads = [ctx.compress(flat[a:b], f"{ctx.name}/{j}") for j, (a, b) in enumerate(blocks)]
     if ctx.fb is not None:
-        sent = np.concatenate([ctx.decode(pl) for pl in payloads])
+        sent = np.empty(int(flat.shape[0]), ctx.acc)
+        for pl, (a, b) in zip(payloads, blocks, strict=True):
+            ctx.decode_into(pl, sent[a:b])
         ctx.fb.update_sent(ctx.name, xc, sent)
     got = yield from alltoallv(ctx.comm, ctx.tag, [wire(pl) for pl in payloads])
     lo, hi = blocks[r]
-    owned = np.zeros(hi - lo, ctx.acc)
-    for data in got:  # rank order: the owner's sum is the same however the messages arrived
-        owned += ctx.decode_bytes(data)
+    owned = np.empty(hi - lo, ctx.acc)
+    scratch = np.empty_like(owned)
+    for j, data in enumerate(got):  # rank order: the same sum however the messages arrived
+        ctx.decode_bytes_into(data, owned if j == 0 else scratch)
+        if j:
+            owned += scratch
     owner_key = f"{ctx.name}@owner"  # second-level feedback lives with the chunk's owner
     owned_c = ctx.compensate(owned, owner_key)
     summed = ctx.compress(owned_c, f"{ctx.name}/sum{r}")
     if ctx.fb is not None:
         ctx.fb.update(owner_key, owned_c, summed)
     pieces = yield from allgatherv(ctx.comm, ctx.tag, wire(summed))
-    ctx.result = np.concatenate([ctx.decode_bytes(b) for b in pieces]) if pieces else \
-        np.zeros(0, ctx.acc)
+    ctx.result = np.empty(int(flat.shape[0]), ctx.acc)
+    for data, (a, b) in zip(pieces, blocks, strict=True):
+        ctx.decode_bytes_into(data, ctx.result[a:b])

@@ -1,0 +1,131 @@
+"""``compcoll bench compressed``: compressed allreduce against MPI_Allreduce, side by side.
+
+For one buffer size, times MPI_Allreduce of the float32 buffer, our best dense algorithms, and
+each compressor (with error feedback) through the scheme its capabilities pick, all in one
+run. Effective bandwidth counts the uncompressed bytes, so it compares directly with
+MPI_Allreduce's; the time is split into compress / communicate / decompress, and the bytes
+each rank sent are printed next to the model's prediction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import numpy as np
+
+from .. import pricing
+from ..cli import command
+from . import emulate as emulated
+from .benchlib import bus_bandwidth, parse_size, time_calls
+from .launch import relaunch
+
+DEFAULT = ["uniform:bits=8", "uniform:bits=4", "topk:ratio=0.01",
+           "topk:ratio=0.01,approximate=true"]
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-s", "--size", type=parse_size, default=parse_size("64M"),
+                   help="float32 buffer size in bytes (default 64M)")
+    p.add_argument("--compressor", action="append", metavar="SPEC",
+                   help=f"compressor spec, repeatable (default: {' '.join(DEFAULT)})")
+    p.add_argument("--scheme", default="auto", help="scheme for every compressor (default auto)")
+    p.add_argument("--no-feedback", action="store_true", help="compress without error feedback")
+    p.add_argument("-n", "--iters", type=int, default=5)
+    p.add_argument("-w", "--warmup", type=int, default=2)
+    p.add_argument("-np", type=int, dest="np", help="launch N ranks with mpiexec")
+    p.add_argument("--json", metavar="PATH")
+    emulated.add_link_arguments(p)
+
+
+def _row(name: str, scheme: str, t: float, nbytes: int, p: int, t_mpi: float, **extra: Any
+         ) -> dict[str, Any]:
+    return {"name": name, "scheme": scheme, "time_s": t,
+            "eff_busbw_GBps": bus_bandwidth(nbytes / t, p) / 1e9,
+            "vs_mpi": t_mpi / t, **extra}
+
+
+def _print(row: dict[str, Any]) -> None:
+    split = ""
+    if "compress_s" in row:
+        split = (f" {row['compress_s'] * 1e3:8.1f} {row['comm_s'] * 1e3:8.1f} "
+                 f"{row['decompress_s'] * 1e3:8.1f} {row['bytes_sent'] / 2**20:8.2f} "
+                 f"{row['bytes_predicted'] / 2**20:8.2f} {row['rel_error']:9.2e}")
+    print(f"{row['name']:36s} {row['scheme']:25s} {row['time_s'] * 1e3:9.1f} "
+          f"{row['eff_busbw_GBps']:8.3f} {row['vs_mpi']:7.2f}{split}", flush=True)
+
+
+@command("bench compressed", arguments=_arguments,
+         help="compressed allreduce vs MPI_Allreduce: effective bandwidth, time split, bytes")
+def run(args: argparse.Namespace) -> int:
+    specs = args.compressor or DEFAULT
+    if args.link and not emulated.inside():
+        return emulated.run_on_cluster(emulated.topology(args), args.argv)
+    code = relaunch(args.np, args.argv)
+    if code is not None:
+        return code
+    from mpi4py import MPI
+
+    import collectives
+    import compressors
+    from collectives import costmodel
+    from collectives.compressed.select import measure
+
+    world = MPI.COMM_WORLD
+    comm = collectives.as_communicator(None)
+    p, n = comm.size, args.size // 4
+    x = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
+    out = np.empty_like(x)
+    exact = np.empty_like(x)
+    world.Allreduce(x, exact)
+    cost = costmodel.params(comm)
+    rows: list[dict[str, Any]] = []
+    if comm.rank == 0:
+        print(f"# compcoll bench compressed: {p} ranks, {args.size} B float32, "
+              f"{'no ' if args.no_feedback else ''}error feedback, {args.iters} iters"
+              + (f", {args.link} links" if args.link else ""))
+        print(f"# {'run':34s} {'scheme':25s} {'time(ms)':>9s} {'effbusbw':>8s} {'vs MPI':>7s}"
+              f" {'comp(ms)':>8s} {'comm(ms)':>8s} {'deco(ms)':>8s} {'sent MiB':>8s}"
+              f" {'model':>8s} {'rel.err':>9s}")
+    t_mpi = time_calls(world, lambda: world.Allreduce(x, out), args.iters, args.warmup).median
+    rows.append(_row("MPI_Allreduce", "-", t_mpi, args.size, p, t_mpi))
+    for algo in ("ring", "rabenseifner"):
+        t = time_calls(world, lambda a=algo: collectives.allreduce(
+            x, algorithm=a, out=out, validate=False), args.iters, args.warmup).median
+        rows.append(_row(f"ours dense {algo}", "-", t, args.size, p, t_mpi))
+    for spec in specs:
+        comp = compressors.get(spec)
+        fb = None if args.no_feedback else compressors.ErrorFeedback(comp)
+        stats: dict[str, Any] = {}
+        step = [0]
+
+        def call(comp=comp, fb=fb, stats=stats, step=step) -> None:
+            step[0] += 1
+            stats.clear()
+            collectives.allreduce(x, compressor=comp, feedback=fb, name="grad", step=step[0],
+                                  scheme=args.scheme, out=out, validate=False, stats=stats)
+
+        t = time_calls(world, call, args.iters, args.warmup).median
+        split = np.array([stats["compress_s"], stats["decompress_s"], stats["bytes_sent"]])
+        world.Allreduce(MPI.IN_PLACE, split, op=MPI.MAX)
+        cs, ds, per_elem, kept = measure(comm, comp)
+        predicted = pricing.predicted_bytes(stats["scheme"], p, int(per_elem * n),
+                                            int(kept * n), 8)
+        err = float(np.linalg.norm(out - exact) / np.linalg.norm(exact))
+        rows.append(_row(spec + ("" if fb is None else " +EF"), stats["scheme"], t, args.size,
+                         p, t_mpi, compress_s=split[0], decompress_s=split[1],
+                         comm_s=max(t - split[0] - split[1], 0.0), bytes_sent=split[2],
+                         bytes_predicted=predicted, rel_error=err,
+                         model_s=pricing.predict_scheme(stats["scheme"], p, n, 4,
+                                                        int(per_elem * n), cost, cs, ds,
+                                                        int(kept * n))))
+    if comm.rank == 0:
+        for row in rows:
+            _print(row)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"command": ["compcoll", *args.argv], "ranks": p, "bytes": args.size,
+                           "link": args.link, "cost_params": vars(cost), "rows": rows}, f,
+                          indent=1, default=float)
+    return 0
