@@ -32,6 +32,8 @@ def _wide(x: Any) -> tuple[np.ndarray, ArrayInfo]:
 def _narrow(wide: np.ndarray, info: ArrayInfo) -> Any:
     from .arrays import from_f32, storage_dtype
 
+    if info.kind == "numpy" and wide.dtype.name == info.dtype:
+        return wide.reshape(info.shape)  # already a fresh array of the right type: no copy
     out = np.empty(wide.size, storage_dtype(info.dtype))
     from_f32(wide, info.dtype, out)
     return from_host(out.reshape(info.shape), info)
@@ -66,10 +68,15 @@ class ErrorFeedback:
         one payload (chunked compression, PowerSGD's local P Q^T, global top-k's survivors)."""
         wide, _ = _wide(compensated)
         sent, _ = _wide(sent)
-        res = wide - sent
+        res = self.residuals.get(name)
+        if res is None or res.shape != wide.shape or res.dtype != wide.dtype or \
+                np.shares_memory(res, wide):
+            res = np.empty_like(wide)
+        np.subtract(wide, sent, out=res)  # reuses the residual's memory: no page faults
         # NaN/Inf went out with the payload (so the step can be skipped); keeping them would
-        # poison every later step.
-        res[~np.isfinite(res)] = 0
+        # poison every later step. One cheap reduction tells whether there are any.
+        if not np.isfinite(np.add.reduce(res, dtype=np.float64)):
+            res[~np.isfinite(res)] = 0
         self.residuals[name] = res
 
     def step(self, x: Any, name: str, step: int = 0) -> Payload:
