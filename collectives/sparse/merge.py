@@ -31,7 +31,10 @@ def coalesce(indices: np.ndarray, values: np.ndarray, size: int,
 
 def merge(sets: list[tuple[np.ndarray, np.ndarray]], acc: np.dtype
           ) -> tuple[np.ndarray, np.ndarray]:
-    """Union of sorted sparse sets, values summed in list order."""
+    """Union of sorted sparse sets, values of equal indices summed in a fixed order.
+
+    A stable sort keeps equal indices in list order and finds the sorted runs the inputs
+    already are (O(n log p)); each group of equal indices is then reduced in that order."""
     sets = [s for s in sets if s[0].size]
     if not sets:
         return np.zeros(0, np.int64), np.zeros(0, acc)
@@ -39,10 +42,10 @@ def merge(sets: list[tuple[np.ndarray, np.ndarray]], acc: np.dtype
         return sets[0][0], sets[0][1].astype(acc, copy=False)
     idx = np.concatenate([s[0] for s in sets])
     val = np.concatenate([s[1] for s in sets]).astype(acc, copy=False)
-    uniq, inv = np.unique(idx, return_inverse=True)
-    summed = np.zeros(uniq.size, dtype=acc)
-    np.add.at(summed, inv, val)  # in list order: deterministic
-    return uniq, summed
+    order = np.argsort(idx, kind="stable")
+    idx, val = idx[order], val[order]
+    starts = np.flatnonzero(np.concatenate(([True], idx[1:] != idx[:-1])))
+    return idx[starts], np.add.reduceat(val, starts)
 
 
 def index_dtype(size: int) -> np.dtype:
