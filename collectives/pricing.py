@@ -14,9 +14,10 @@ A compressed allreduce adds compression and decompression time (measured through
 input) to the communication of its payload of B bytes (for n elements of V bytes):
 
     dense                    allreduce of B bytes with the best dense algorithm
-    reduce_scatter_allgather 2(p-1) alpha + 2(p-1)/p B beta + (p+1) decompress + 2 compress
-                             of n/p elements on the owner
-    allgather                (p-1) alpha + (p-1) B beta + p decompressions of n elements
+    reduce_scatter_allgather 2(p-1) alpha + 2(p-1)/p B beta; the owner decodes p blocks of
+                             n/p, adds them ((p-1)/p nV gamma) and re-encodes one; everyone
+                             decodes the gathered n
+    allgather                (p-1) alpha + (p-1) B beta + p decodes of n + (p-1) nV gamma
     sparse                   the sparse allreduce of the payload's k entries
 """
 
@@ -75,9 +76,10 @@ def predict_scheme(scheme: str, p: int, numel: int, value_bytes: int, payload_by
         return comp + best_dense(p, payload_bytes, c)[1] + decomp
     if scheme == "reduce_scatter_allgather":
         return (comp + 2 * (p - 1) * c.alpha + 2 * (p - 1) / p * payload_bytes * c.beta
-                + (p + 1) * decomp / p + comp / p + decomp)
+                + decomp / p * p + (p - 1) / p * n_bytes * c.gamma + comp / p + decomp)
     if scheme == "allgather":
-        return comp + (p - 1) * (c.alpha + payload_bytes * c.beta) + p * decomp
+        return (comp + (p - 1) * (c.alpha + payload_bytes * c.beta) + p * decomp
+                + (p - 1) * n_bytes * c.gamma)
     if scheme == "sparse":
         return comp + min(predict_sparse(a, p, numel, sparse_k, c, 4, value_bytes)
                           for a in SPARSE_MODELED) + decomp
