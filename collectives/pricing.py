@@ -76,7 +76,7 @@ def predict_scheme(scheme: str, p: int, numel: int, value_bytes: int, payload_by
         return comp + best_dense(p, payload_bytes, c)[1] + decomp
     if scheme == "reduce_scatter_allgather":
         return (comp + 2 * (p - 1) * c.alpha + 2 * (p - 1) / p * payload_bytes * c.beta
-                + decomp / p * p + (p - 1) / p * n_bytes * c.gamma + comp / p + decomp)
+                + 2 * decomp + (p - 1) / p * n_bytes * c.gamma + comp / p)
     if scheme == "allgather":
         return (comp + (p - 1) * (c.alpha + payload_bytes * c.beta) + p * decomp
                 + (p - 1) * n_bytes * c.gamma)
