@@ -3,8 +3,12 @@
 Public API::
 
     allreduce, iallreduce, reduce_scatter, allgather, broadcast, algorithms,
+    sparse_allreduce, isparse_allreduce, schemes,
     Communicator, Handle, defaults, and the errors CompcollError, CommunicationError,
     CollectiveTimeout, MismatchError, TransportError.
+
+``allreduce(buf, compressor=..., feedback=...)`` compresses on the way: the collective
+scheme follows the compressor's capabilities (``collectives.compressed``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,15 @@ from .errors import (
     TransportError,
 )
 from .progress import Handle
+from .sparse import isparse_allreduce, sparse_allreduce
 from .transport import Communicator, as_communicator
+
+
+def schemes() -> list[str]:
+    """Names of the compressed-allreduce schemes ("auto" prices them)."""
+    from .compressed import SCHEMES
+
+    return list(SCHEMES)
 
 
 def algorithms() -> list[str]:
@@ -31,5 +43,6 @@ def algorithms() -> list[str]:
 __all__ = [
     "CollectiveTimeout", "CommunicationError", "CompcollError", "Communicator", "Handle",
     "MismatchError", "TransportError", "algorithms", "allgather", "allreduce",
-    "as_communicator", "broadcast", "defaults", "iallreduce", "reduce_scatter",
+    "as_communicator", "broadcast", "defaults", "iallreduce", "isparse_allreduce",
+    "reduce_scatter", "schemes", "sparse_allreduce",
 ]
