@@ -1,0 +1,97 @@
+"""The DDP communication hook: compress, allreduce in the background, decompress in place."""
+
+# No ``from __future__ import annotations``: DDP checks the hook's annotations at
+# registration and needs the real dist.GradBucket and torch.futures.Future[torch.Tensor].
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .. import api
+from . import groups as grouping
+from .state import CompressionState
+
+
+def compression_hook(state: CompressionState, bucket: dist.GradBucket
+                     ) -> torch.futures.Future[torch.Tensor]:
+    """Average the bucket's gradients over the process group, compressed per the policy.
+
+    Contract (PyTorch's ``hook(state, bucket) -> torch.futures.Future[torch.Tensor]``): the
+    future's value is the bucket's own flat tensor, overwritten in place with the average of
+    every rank's gradients. With the ``none`` compressor the result equals DDP without a hook
+    (bit for bit on a process group: uncompressed groups use the engine's own allreduce).
+    Parameters of the bucket that the policy gives the same compressor are fused into one
+    buffer and one collective; each collective is
+    started here, in the order DDP calls the hooks (the same on every rank), and completed on
+    the state's background thread, which sets the future, so communication overlaps the rest
+    of the backward pass. NaN and Inf travel through compression and reach the optimizer.
+
+    Example::
+
+        >>> import collectives.ddp as cddp
+        >>> model = torch.nn.parallel.DistributedDataParallel(net)
+        >>> state = cddp.CompressionState(policy="uniform:bits=8", start_step=10).bind(model)
+        >>> model.register_comm_hook(state, cddp.compression_hook)
+    """
+    t0 = time.perf_counter()
+    index = bucket.index()
+    if index == 0:
+        state.begin_step()  # DDP starts bucket 0 first; the previous step has fully finished
+    step, buf = state.current, bucket.buffer()
+    comm = state.communicator()
+    record: dict[str, Any] = {"step": step, "bucket": index, "numel": int(buf.numel()),
+                              "start": t0}
+    parts: list[tuple[Any, Any, Any, dict]] = []
+    # Divide first, as DDP does: the sum of averages cannot overflow fp16/bf16, and with the
+    # engine's own allreduce the "none" path is DDP's average bit for bit (DDP multiplies by
+    # the reciprocal, so we do too: x * (1/3) and x / 3 round differently).
+    buf.mul_(1.0 / comm.size)
+    if step < state.start_step:  # warm-up: plain average, no compression
+        st: dict = {}
+        parts.append((None, buf, api.iallreduce(buf, op="sum", comm=comm, out=buf,
+                                                algorithm=state.plain_algorithm(),
+                                                timeout=state.timeout), st))
+    else:
+        params, grads = bucket.parameters(), bucket.gradients()
+        ranges = grouping.offsets(buf, grads)
+        groups = state.groups(index, params, ranges)
+        policy = state.policy
+        if policy.adaptive and policy.wants_profile(step):  # type: ignore[attr-defined]
+            for p, g in zip(params, grads, strict=True):
+                lay = state.layer(p, "")
+                policy.observe(step, lay, g.detach().cpu().numpy().copy())  # type: ignore
+        for g in groups:
+            x = g.view(buf)
+            st = {}
+            plain = g.spec == "none"  # the identity twin: the engine's allreduce, dense
+            algo = state.plain_algorithm() if plain else state.algorithm
+            h = api.iallreduce(x, op="sum", comm=comm, out=x, compressor=state.compressor(g.spec),
+                               feedback=state.feedback(g.spec), name=g.name, step=step,
+                               scheme="dense" if plain else state.scheme, algorithm=algo,
+                               timeout=state.timeout, stats=st,
+                               validate=state.validate_once(g.name, g.spec, g.numel))
+            parts.append((g, x, h, st))
+        record["groups"] = [(g.name, g.spec, [m for m, _ in g.members]) for g in groups]
+    record["launched"] = time.perf_counter()
+    state.timeline.append(record)
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    after = _norm_observer(state, step) if state.policy.adaptive else None
+    state._worker.submit(_job(fut, buf, parts, record, after))
+    return fut
+
+
+def _job(fut: Any, buf: Any, parts: list, record: dict, after: Any) -> Any:
+    from .worker import Job
+
+    return Job(fut, buf, parts, record, after)
+
+
+def _norm_observer(state: CompressionState, step: int) -> Any:
+    def observe(buf: Any) -> None:
+        v = buf.detach().reshape(-1).double().cpu().numpy()
+        sq = float(np.dot(v, v))
+        if np.isfinite(sq):  # a skipped (non-finite) step says nothing about the regime
+            state.policy.observe_norm(step, sq)  # type: ignore[attr-defined]
+    return observe

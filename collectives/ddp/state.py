@@ -1,0 +1,179 @@
+"""CompressionState: configuration and lasting state of the DDP compression hook."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import compressors
+
+from ..policy import Layer, Policy, as_policy, layer_of, model_layers
+from . import checkpoint
+from . import groups as grouping
+from .worker import Worker
+
+
+class CompressionState:
+    """State of :func:`compression_hook`; see ``collectives.ddp`` for the contract.
+
+    Hyperparameters: ``process_group`` (None: the default group), ``policy`` (a compressor
+    spec, a Compressor, rules, a table, "auto" or a Policy), ``error_feedback``,
+    ``start_step`` (steps sent uncompressed first), ``comm`` (an mpi4py communicator to use
+    instead of the process group), ``timeout`` (seconds per wait), ``scheme`` and
+    ``algorithm`` for compressed groups, ``plain``: the allreduce of uncompressed groups
+    (None: the engine's own, "torch" or "mpi", as DDP itself uses). Internal state: the step
+    counter, error-feedback residuals, PowerSGD warm starts, the policy's decisions.
+    Pickling leaves the process group, the communicator and the thread out.
+    """
+
+    def __init__(self, process_group: Any = None, policy: Any = "uniform:bits=8",
+                 error_feedback: bool = True, start_step: int = 0, *, comm: Any = None,
+                 timeout: float | None = None, scheme: str = "auto",
+                 algorithm: str = "auto", plain: str | None = None) -> None:
+        if not isinstance(error_feedback, bool):
+            raise ValueError(f"error_feedback must be True or False, got {error_feedback!r}")
+        if not (isinstance(start_step, int) and start_step >= 0):
+            raise ValueError(f"start_step must be an integer >= 0, got {start_step!r}")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        self.process_group, self.comm_arg = process_group, comm
+        self.policy: Policy = as_policy(policy)
+        self.error_feedback, self.start_step = error_feedback, start_step
+        self.timeout, self.scheme, self.algorithm, self.plain = timeout, scheme, algorithm, plain
+        self.step = 0  # iterations begun, counted at each call for bucket 0
+        self.current = 0  # the step the hooks of this iteration belong to
+        self.version = 0  # bumped when the policy's decisions change
+        self.timeline: deque[dict[str, Any]] = deque(maxlen=4096)
+        self._names: dict[int, str] = {}
+        self._layers: dict[str, Layer] = {}
+        self._comps: dict[str, compressors.Compressor] = {}
+        self._feedback: dict[str, compressors.ErrorFeedback] = {}
+        self._groups: dict[int, tuple[Any, list[grouping.Group]]] = {}
+        self._pool: dict[str, Any] = {}  # per-parameter residuals waiting for their group
+        self._validated: set[tuple[str, str, int]] = set()
+        self._comm: Any = None
+        self._worker = Worker()
+        instance = getattr(self.policy, "instance", None)
+        if instance is not None:  # a Compressor passed in is used as it is (its warm starts)
+            self._comps[self.policy.spec] = instance  # type: ignore[attr-defined]
+
+    def bind(self, model: Any) -> CompressionState:
+        """Learn parameter names and kinds from ``model`` (or its DDP wrapper); returns self."""
+        found = model_layers(model)
+        self._names = {id(p): name for name, (p, _) in found.items()}
+        self._names.update({p.data_ptr(): name for name, (p, _) in found.items()})
+        self._layers = {name: layer for name, (_, layer) in found.items()}
+        self.policy.bind(list(self._layers.values()))
+        return self
+
+    # -- what the hook uses -------------------------------------------------------------
+    def communicator(self) -> Any:
+        if self._comm is None:
+            from .. import as_communicator
+
+            if self.comm_arg is not None:
+                self._comm = as_communicator(self.comm_arg)
+            else:
+                import torch.distributed as dist
+
+                self._comm = as_communicator(self.process_group or dist.group.WORLD)
+        return self._comm
+
+    def plain_algorithm(self) -> str:
+        return self.plain or self.communicator().engine
+
+    def compressor(self, spec: str) -> compressors.Compressor:
+        if spec not in self._comps:
+            self._comps[spec] = compressors.get(spec)
+        return self._comps[spec]
+
+    def feedback(self, spec: str) -> compressors.ErrorFeedback | None:
+        if not self.error_feedback:
+            return None
+        if spec not in self._feedback:
+            self._feedback[spec] = compressors.ErrorFeedback(self.compressor(spec))
+        return self._feedback[spec]
+
+    def layer(self, param: Any, fallback: str) -> Layer:
+        name = self._names.get(id(param)) or self._names.get(param.data_ptr()) or fallback
+        lay = self._layers.get(name)
+        if lay is None:
+            lay = self._layers[name] = layer_of(name, param)
+        return lay
+
+    def begin_step(self) -> None:
+        """Called for bucket 0, when nothing is in flight: count, let the policy decide."""
+        self.current, self.step = self.step, self.step + 1
+        if self.policy.adaptive and self.current >= self.start_step:
+            if self.policy.update(self.communicator(), self.current):  # type: ignore[attr-defined]
+                self.version += 1
+
+    def groups(self, index: int, params: list[Any], ranges: list[tuple[int, int]]
+               ) -> list[grouping.Group]:
+        """The bucket's groups under the current decisions (cached; residuals follow a
+        parameter when its group changes)."""
+        key = (self.version, tuple(id(p) for p in params), tuple(ranges))
+        cached = self._groups.get(index)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        if cached is not None:
+            self._release(cached[1])
+        by_spec: dict[str, list[int]] = {}
+        layers = [self.layer(p, f"bucket{index}/{j}") for j, p in enumerate(params)]
+        out = []
+        for j, lay in enumerate(layers):
+            spec = self.policy.choose(lay)
+            if self.compressor(spec).capabilities.allreduce_steps and len(lay.shape) >= 2:
+                out.append(grouping.Group(spec, lay.name, [(lay.name, lay.numel)],
+                                          [ranges[j]], lay.shape))
+            else:
+                by_spec.setdefault(spec, []).append(j)
+        for spec, js in by_spec.items():
+            names = [layers[j].name for j in js]
+            out.append(grouping.Group(spec, grouping.group_name(names),
+                                      [(layers[j].name, layers[j].numel) for j in js],
+                                      [ranges[j] for j in js]))
+        for g in out:
+            fb = self.feedback(g.spec)
+            if fb is not None and g.name not in fb.residuals:
+                res = grouping.assemble(self._pool, g.members, "float32")
+                if res is not None:
+                    fb.residuals[g.name] = res
+        self._groups[index] = (key, out)
+        return out
+
+    def _release(self, groups: list[grouping.Group]) -> None:
+        for g in groups:
+            fb = self._feedback.get(g.spec)
+            if fb is not None:
+                fb.residuals.pop(f"{g.name}@owner", None)  # tied to the old chunking
+                res = fb.residuals.pop(g.name, None)
+                if res is not None:
+                    self._pool.update(grouping.split(res, g.members))
+
+    def validate_once(self, name: str, spec: str, numel: int) -> bool:
+        """Check agreement across ranks the first time a group is sent, not every step."""
+        key = (name, spec, numel)
+        first = key not in self._validated
+        self._validated.add(key)
+        return first
+
+    def close(self) -> None:
+        """Stop the background thread (a later hook call starts it again)."""
+        self._worker.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        skip = ("process_group", "comm_arg", "_comm", "_worker")
+        return {k: (None if k in skip else v) for k, v in self.__dict__.items()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._worker = Worker()
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's lasting state (see ``collectives.ddp.checkpoint``)."""
+        return checkpoint.state_dict(self)
+
+    def load_state_dict(self, state: Any) -> None:
+        """Resume from :meth:`state_dict` (this rank's dict, or a list of every rank's)."""
+        checkpoint.load_state_dict(self, state)

@@ -1,0 +1,209 @@
+"""Automatic per-layer compressor choice: least predicted step time under an error budget.
+
+Every ``every`` steps, or when the gradient regime changes, the policy profiles each layer for
+``probe_steps`` steps (relative error of every candidate inside error feedback, compress and
+decompress time on this machine), prices each layer's allreduce with the fitted cost model
+(``pricing.predict_scheme`` over the schemes the compressor can use) and picks per layer by
+dynamic programming over the discretised budget (L-GreCo, Markov et al. 2024). The regime
+signal is Accordion's (Agarwal et al. 2021): the relative change of the averaged gradient's
+norm between consecutive windows of ``window`` steps above ``threshold``.
+
+The budget bounds the total relative error of the step, sqrt(sum_l w_l r_l^2) <= max_error,
+with w_l the layer's share of the squared gradient norm and r_l its relative error. Every
+rank reaches the same decision: measurements are combined across ranks before deciding and
+the regime signal uses the averaged gradient, which is identical on every rank.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import compressors
+
+from .. import costmodel, pricing
+from ..compressed import feasible
+from .base import Policy, canonical, short
+from .dp import solve
+from .layers import Layer
+from .profile import PER_CANDIDATE, Profiler, combine
+
+DEFAULT_CANDIDATES = ("none", "fp16", "uniform:bits=8", "uniform:bits=4", "topk:ratio=0.01")
+
+
+@dataclass(frozen=True)
+class AutoConfig:
+    """Hyperparameters of :class:`AutoPolicy` (validated)."""
+
+    candidates: tuple[str, ...] = DEFAULT_CANDIDATES
+    max_error: float = 0.25
+    every: int = 100
+    first: int = 2
+    probe_steps: int = 2
+    window: int = 10
+    threshold: float = 0.5
+    bins: int = 256
+    initial: str = "none"
+    #: A compressor must beat sending uncompressed by this many seconds per layer to be
+    #: chosen, so timing noise of a few microseconds never compresses a tiny layer.
+    min_gain: float = 2e-6
+
+    def __post_init__(self) -> None:
+        if not self.candidates:
+            raise ValueError("AutoPolicy needs at least one candidate compressor")
+        object.__setattr__(self, "candidates", tuple(canonical(c) for c in self.candidates))
+        object.__setattr__(self, "initial", canonical(self.initial))
+        if "none" not in self.candidates:
+            raise ValueError("AutoPolicy's candidates must include 'none' (the error-free "
+                             "choice that keeps every budget feasible)")
+        if not (0 <= self.max_error < math.inf):
+            raise ValueError(f"max_error must be a finite number >= 0, got {self.max_error}")
+        for key in ("every", "probe_steps", "window", "bins"):
+            if not (isinstance(getattr(self, key), int) and getattr(self, key) >= 1):
+                raise ValueError(f"{key} must be an integer >= 1, got {getattr(self, key)!r}")
+        if not (isinstance(self.first, int) and self.first >= 0):
+            raise ValueError(f"first must be an integer >= 0, got {self.first!r}")
+        if not self.min_gain >= 0:
+            raise ValueError(f"min_gain must be >= 0 seconds, got {self.min_gain}")
+        if not self.threshold > 0:
+            raise ValueError(f"threshold must be > 0, got {self.threshold}")
+
+
+class AutoPolicy(Policy):
+    """Profiles, prices and decides per layer; see the module doc. ``cost`` overrides the
+    cost model fitted on the communicator (to plan for a network that is not this one)."""
+
+    adaptive = True
+
+    def __init__(self, config: AutoConfig | None = None, *,
+                 cost: costmodel.CostParams | None = None, **options: Any) -> None:
+        self.config = config or AutoConfig(**options)
+        self.cost = cost
+        self.decisions: dict[str, str] = {}
+        self.rows: list[dict[str, Any]] = []
+        self.log: list[dict[str, Any]] = []
+        self.total_error = 0.0
+        self._probe_start: int | None = None
+        self._reason = ""
+        self._last_eval: int | None = None
+        self._norms: dict[int, float] = {}
+        self._prev_window: float | None = None
+        self._regime = False
+        self._profiler = Profiler(self.config.candidates)
+
+    def choose(self, layer: Layer) -> str:
+        return self.decisions.get(layer.name, self.config.initial)
+
+    def wants_profile(self, step: int) -> bool:
+        s = self._probe_start
+        return s is not None and s <= step < s + self.config.probe_steps
+
+    def observe(self, step: int, layer: Layer, grad: np.ndarray) -> None:
+        """This rank's gradient of ``layer`` before compression (on profiling steps)."""
+        self._profiler.observe(step, layer, grad)
+
+    def observe_norm(self, step: int, sq_norm: float) -> None:
+        """Squared norm of (part of) the averaged gradient of ``step``."""
+        self._norms[step] = self._norms.get(step, 0.0) + float(sq_norm)
+
+    def update(self, comm: Any, step: int) -> bool:
+        """At the start of ``step`` (nothing in flight): decide if a profile is complete,
+        schedule the next one if due. Collective when it decides. True if decisions changed."""
+        cfg, changed = self.config, False
+        self._check_regime(step)
+        if self._probe_start is not None and step >= self._probe_start + cfg.probe_steps:
+            old = dict(self.decisions)
+            self._decide(comm, step)
+            changed = old != self.decisions
+            self._probe_start, self._profiler = None, Profiler(cfg.candidates)
+        if self._probe_start is None:
+            due = self._last_eval is None and step >= cfg.first
+            due = due or (self._last_eval is not None and step - self._last_eval >= cfg.every)
+            if due or self._regime:
+                self._reason = "regime change" if self._regime and not due else \
+                    ("first" if self._last_eval is None else f"every {cfg.every}")
+                self._probe_start, self._regime, self._last_eval = step, False, step
+        return changed
+
+    def _check_regime(self, step: int) -> None:
+        w = self.config.window
+        if step == 0 or step % w:
+            return
+        norms = [math.sqrt(self._norms[s]) for s in range(step - w, step) if s in self._norms]
+        self._norms = {s: v for s, v in self._norms.items() if s >= step}
+        if not norms:
+            return
+        cur = float(np.mean(norms))
+        prev, self._prev_window = self._prev_window, cur
+        if prev is not None and prev > 0 and abs(cur - prev) / prev > self.config.threshold:
+            self._regime = True
+            self.log.append({"step": step, "event": "regime change",
+                             "norm_change": abs(cur - prev) / prev})
+
+    def _decide(self, comm: Any, step: int) -> None:
+        layers, local = self._profiler.table()
+        rows = combine(comm, local)
+        cost = self.cost or costmodel.params(comm)
+        cands = self.config.candidates
+        share = rows[:, 0] / max(float(rows[:, 0].sum()), 1e-300)
+        times, errors, rel = [], [], []
+        for layer, row, w in zip(layers, rows, share, strict=True):
+            cols = row[1:].reshape(len(cands), PER_CANDIDATE)
+            r = np.sqrt(cols[:, 0] / np.maximum(cols[:, 1], 1e-300))
+            times.append([self._price(comm.size, layer, spec, col, cost)
+                          + (0.0 if spec == "none" else self.config.min_gain)
+                          for spec, col in zip(cands, cols, strict=True)])
+            errors.append([float(w * x * x) for x in r])
+            rel.append(r)
+        pick = solve(times, errors, self.config.max_error ** 2, self.config.bins)
+        self.decisions = {lay.name: cands[c] for lay, c in zip(layers, pick, strict=True)}
+        self.rows = [{"layer": lay.name, "numel": lay.numel, "kind": lay.kind,
+                      "compressor": cands[c], "bytes": int(row[1:].reshape(-1, PER_CANDIDATE)
+                                                           [c, 4]),
+                      "predicted_us": times[i][c] * 1e6, "error": float(rel[i][c])}
+                     for i, (lay, c, row) in enumerate(zip(layers, pick, rows, strict=True))]
+        self.total_error = math.sqrt(sum(errors[i][c] for i, c in enumerate(pick)))
+        self.log.append({"step": step, "event": f"decided ({self._reason})",
+                         "predicted_s": sum(times[i][c] for i, c in enumerate(pick)),
+                         "error": self.total_error})
+
+    @staticmethod
+    def _price(p: int, layer: Layer, spec: str, col: np.ndarray,
+               cost: costmodel.CostParams) -> float:
+        comp = compressors.get(spec)
+        nbytes = 4 * max(layer.numel, 1)
+        cs, ds = col[2] / nbytes, col[3] / nbytes
+        return min(pricing.predict_scheme(s, p, layer.numel, 4, int(col[4]), cost, cs, ds,
+                                          int(col[5])) for s in feasible(comp))
+
+    def table(self, layers: list[Layer] | None = None) -> str:
+        """The last decision: layer, numel, compressor, bytes, predicted time, error."""
+        if not self.rows:
+            return "(no decision yet: every layer uses " + self.config.initial + ")"
+        width = max(len(r["layer"]) for r in self.rows)
+        lines = [f"{'layer':<{width}} {'numel':>9} {'compressor':<16} {'bytes':>9} "
+                 f"{'pred_us':>9} {'error':>7}"]
+        lines += [f"{r['layer']:<{width}} {r['numel']:>9} {short(r['compressor']):<16} "
+                  f"{r['bytes']:>9} {r['predicted_us']:>9.1f} {r['error']:>7.4f}"
+                  for r in self.rows]
+        lines.append(f"total relative error {self.total_error:.4f} (budget "
+                     f"{self.config.max_error})")
+        return "\n".join(lines)
+
+    def state_dict(self) -> dict[str, Any]:
+        keep = ("decisions", "rows", "log", "total_error", "_probe_start", "_reason",
+                "_last_eval", "_norms", "_prev_window", "_regime")
+        state = {k: getattr(self, k) for k in keep}
+        state["profiler"] = self._profiler.state_dict()
+        return copy.deepcopy(state)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = copy.deepcopy(state)
+        self._profiler = Profiler(self.config.candidates)
+        self._profiler.load_state_dict(state.pop("profiler"))
+        for k, v in state.items():
+            setattr(self, k, v)

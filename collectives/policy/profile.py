@@ -1,0 +1,93 @@
+"""Profiling a layer's gradient under every candidate compressor, with error feedback.
+
+Each candidate keeps a shadow residual per layer, so the error measured over the probe steps
+is the error the compressor would make inside error feedback, not on a raw gradient. Times
+are this machine's compress and decompress times on the layer's real size.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+import compressors
+
+from .layers import Layer
+
+#: Columns per candidate in the shared table: err^2 sum, |x|^2 sum, compress s,
+#: decompress s, payload bytes, kept elements (sparse payloads).
+PER_CANDIDATE = 6
+REPEATS = 5
+
+
+class Profiler:
+    """Measures each layer under each candidate; ``table`` lays it out for an allgather."""
+
+    def __init__(self, candidates: tuple[str, ...]) -> None:
+        self.candidates = candidates
+        self.comps = {s: compressors.get(s) for s in candidates}
+        self.feedback = {s: compressors.ErrorFeedback(c) for s, c in self.comps.items()}
+        self.layers: dict[str, Layer] = {}
+        self.stats: dict[str, np.ndarray] = {}
+
+    def observe(self, step: int, layer: Layer, grad: np.ndarray) -> None:
+        g = np.ascontiguousarray(grad, dtype=np.float32).reshape(layer.shape)
+        row = self.stats.get(layer.name)
+        if row is None:
+            row = np.zeros(1 + PER_CANDIDATE * len(self.candidates))
+            row[1:].reshape(-1, PER_CANDIDATE)[:, 2:4] = np.inf
+            self.layers[layer.name], self.stats[layer.name] = layer, row
+        flat = g.reshape(-1).astype(np.float64)
+        row[0] += flat @ flat
+        cols = row[1:].reshape(-1, PER_CANDIDATE)
+        for c, spec in enumerate(self.candidates):
+            comp, ef = self.comps[spec], self.feedback[spec]
+            x = ef.compensate(g, layer.name)
+            tc = td = np.inf
+            for _ in range(REPEATS if layer.numel < 1 << 16 else 1):  # small: time is noisy
+                t0 = time.perf_counter()
+                payload = comp.compress(x, name=layer.name, step=step)
+                t1 = time.perf_counter()
+                y = comp.decompress(payload)
+                tc, td = min(tc, t1 - t0), min(td, time.perf_counter() - t1)
+            ef.update_sent(layer.name, x, y)
+            d = (np.asarray(x, np.float64) - np.asarray(y, np.float64)).reshape(-1)
+            xs = np.asarray(x, np.float64).reshape(-1)
+            cols[c, 0] += d @ d if np.isfinite(d).all() else 0.0
+            cols[c, 1] += xs @ xs if np.isfinite(xs).all() else 0.0
+            cols[c, 2] = min(cols[c, 2], tc)
+            cols[c, 3] = min(cols[c, 3], td)
+            cols[c, 4] = max(cols[c, 4], payload.nbytes)
+            kept = payload.buffers["values"].size if comp.capabilities.sparse else layer.numel
+            cols[c, 5] = max(cols[c, 5], kept)
+
+    def table(self) -> tuple[list[Layer], np.ndarray]:
+        """Layers sorted by name and their rows (one per layer)."""
+        names = sorted(self.stats)
+        return [self.layers[n] for n in names], np.stack([self.stats[n] for n in names])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"layers": dict(self.layers), "stats": {k: v.copy() for k, v in self.stats.items()},
+                "feedback": {s: ef.state_dict() for s, ef in self.feedback.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.layers = dict(state["layers"])
+        self.stats = {k: np.array(v) for k, v in state["stats"].items()}
+        for s, st in state["feedback"].items():
+            if s in self.feedback:
+                self.feedback[s].load_state_dict(st)
+
+
+def combine(comm: Any, rows: np.ndarray) -> np.ndarray:
+    """The same table on every rank: sums and errors averaged, times and sizes the maximum
+    (the slowest rank paces the collective)."""
+    flat = np.ascontiguousarray(rows, dtype=np.float64).reshape(-1)
+    table = comm.allgather_ints(flat.view(np.int64), collective="policy profile")
+    every = np.asarray(table).view(np.float64).reshape(comm.size, *rows.shape)
+    out = every.mean(axis=0)
+    cols = out[:, 1:].reshape(rows.shape[0], -1, PER_CANDIDATE)
+    worst = every.max(axis=0)[:, 1:].reshape(rows.shape[0], -1, PER_CANDIDATE)
+    cols[:, :, 2:] = worst[:, :, 2:]
+    return out

@@ -1,0 +1,71 @@
+"""Shared pieces of the DDP hook scripts: torch.distributed from MPI ranks, a small model."""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from common import WORLD
+
+
+def init_gloo() -> None:
+    """torch.distributed over gloo on localhost, port chosen by rank 0, shared through MPI."""
+    if dist.is_initialized():
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    port = WORLD.bcast(port if WORLD.rank == 0 else None)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=WORLD.rank, world_size=WORLD.size,
+                            timeout=timedelta(seconds=60))
+
+
+class Net(nn.Module):
+    """Embedding, conv, norm and linear layers: every kind a policy can name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(64, 16)
+        self.conv = nn.Conv1d(16, 16, 3, padding=1)
+        self.norm = nn.LayerNorm(16)
+        self.fc1 = nn.Linear(16 * 8, 64)
+        self.fc2 = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.emb(x).transpose(1, 2)
+        h = torch.relu(self.conv(h)).transpose(1, 2)
+        h = self.norm(h).reshape(len(x), -1)
+        return self.fc2(torch.relu(self.fc1(h)))
+
+
+def make(bucket_cap_mb: float = 25.0) -> nn.parallel.DistributedDataParallel:
+    torch.manual_seed(0)  # the same initial weights on every rank
+    return nn.parallel.DistributedDataParallel(Net(), bucket_cap_mb=bucket_cap_mb)
+
+
+def batch(step: int, rank: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's batch of ``step`` (a generator of its own, the global RNG untouched)."""
+    g = torch.Generator().manual_seed(7919 * step + (WORLD.rank if rank is None else rank))
+    return torch.randint(0, 64, (6, 8), generator=g), torch.randint(0, 10, (6,), generator=g)
+
+
+def backward(model: nn.Module, step: int) -> None:
+    x, y = batch(step)
+    model.zero_grad(set_to_none=False)
+    nn.functional.cross_entropy(model(x), y).backward()
+
+
+def grads(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.grad.detach().clone() for n, p in model.module.named_parameters()}
+
+
+def train(model: nn.Module, opt: torch.optim.Optimizer, steps: range) -> None:
+    for step in steps:
+        backward(model, step)
+        opt.step()

@@ -1,0 +1,123 @@
+"""The DDP compression hook against DDP without a hook, on a gloo process group (and MPI).
+
+Run: mpiexec -n P python tests/mpi/ddp_hook.py
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from ddp_common import backward, batch, grads, init_gloo, make
+from mpi4py import MPI
+
+import collectives.ddp as cddp
+from collectives.costmodel import CostParams
+from collectives.policy import AutoPolicy, Rules
+
+from common import WORLD, Checker
+
+SLOW = CostParams(alpha=5e-5, beta=8e-9, gamma=1e-10)  # ~1 Gbit/s: compression pays
+
+
+def close(chk: Checker, a: dict, b: dict, rtol: float, atol: float, what: str) -> None:
+    for name in a:
+        ok = torch.allclose(a[name], b[name], rtol=rtol, atol=atol)
+        err = float((a[name] - b[name]).abs().max())
+        chk.check(ok, f"{what}: {name} differs by {err:.3g}")
+        chk.identical(a[name].numpy(), f"{what}: {name}")
+
+
+def compare(chk: Checker, policy, rtol: float, atol: float, what: str, cap: float = 0.004,
+            **kw) -> cddp.CompressionState:
+    plain, hooked = make(cap), make(cap)
+    state = cddp.CompressionState(policy=policy, **kw).bind(hooked)
+    hooked.register_comm_hook(state, cddp.compression_hook)
+    for step in range(4):  # step 0 and the steps after DDP rebuilt its buckets
+        backward(plain, step)
+        backward(hooked, step)
+        close(chk, grads(plain), grads(hooked), rtol, atol, f"{what} step {step}")
+    return state
+
+
+def main() -> None:
+    chk = Checker("ddp hook")
+    init_gloo()
+    st = chk.run("none", compare, chk, "none", 1e-5, 0.0, "none")
+    if st is not None:
+        buckets = {r["bucket"] for r in st.timeline}
+        chk.check(len(buckets) > 1, f"several buckets ({buckets})")
+        ov = cddp.overlap(st)
+        chk.check(ov["steps"] == 4 and ov["comm_s"] > 0 and 0 <= ov["overlap"] <= 1, f"{ov}")
+    chk.run("none, no error feedback", compare, chk, "none", 1e-5, 0.0, "none no-EF",
+            error_feedback=False)
+    # MPI_Allreduce adds in its own order (gloo's differs at 3 ranks): equal to rounding
+    chk.run("none over MPI", compare, chk, "none", 1e-5, 1e-7, "none MPI", comm=MPI.COMM_WORLD)
+    mixed = Rules([("kind=1d", "none"), ("name~fc2", "none"), ("*", "none:")])
+    chk.run("none, fused and split", compare, chk, mixed, 1e-5, 0.0, "none mixed")
+    chk.run("fp16", compare, chk, "fp16", 1e-3, 1e-3, "fp16", cap=25.0)
+    warm = chk.run("warm-up", compare, chk, "uniform:bits=8", 1e-5, 0.0, "warm-up", cap=25.0,
+                   start_step=4)
+    if warm is not None:
+        chk.check(all("groups" not in r for r in warm.timeline), "warm-up sent uncompressed")
+    chk.run("rules", rules, chk)
+    chk.run("non-finite", nonfinite, chk)
+    chk.run("auto", auto, chk)
+    dist.barrier()
+    dist.destroy_process_group()
+    chk.finish()
+
+
+def rules(chk: Checker) -> None:
+    model = make(0.004)
+    policy = Rules([("numel<200", "none"), ("kind=embedding", "topk:ratio=0.1"),
+                    ("kind=conv", "powersgd:rank=2"), ("*", "uniform:bits=8")])
+    state = cddp.CompressionState(policy=policy).bind(model)
+    model.register_comm_hook(state, cddp.compression_hook)
+    for step in range(2):
+        backward(model, step)
+    want = {"emb.weight": "topk", "conv.weight": "powersgd", "conv.bias": "none",
+            "norm.weight": "none", "norm.bias": "none", "fc1.weight": "uniform",
+            "fc1.bias": "none", "fc2.weight": "uniform", "fc2.bias": "none"}
+    got = {m: spec.split(":")[0] for rec in state.timeline if rec["step"] == 1
+           for _, spec, members in rec["groups"] for m in members}
+    chk.check(got == want, f"rules: {got}")
+    alone = [members for rec in state.timeline for name, spec, members in rec["groups"]
+             if spec.startswith("powersgd")]
+    chk.check(all(m == ["conv.weight"] for m in alone), f"powersgd goes alone: {alone}")
+
+
+def nonfinite(chk: Checker) -> None:
+    model = make()
+    state = cddp.CompressionState(policy="uniform:bits=8").bind(model)
+    model.register_comm_hook(state, cddp.compression_hook)
+    backward(model, 0)
+    xb, yb = batch(1)
+    model.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(xb), yb)
+    (loss * float("inf") if WORLD.rank == 0 else loss).backward()
+    g = model.module.fc2.weight.grad
+    chk.check(not bool(torch.isfinite(g).all()),
+              "an Inf gradient on one rank reaches every rank's optimizer")
+    backward(model, 2)  # the next step is finite again: residuals were not poisoned
+    chk.check(all(bool(torch.isfinite(p.grad).all()) for p in model.parameters()),
+              "finite step after a non-finite one")
+
+
+def auto(chk: Checker) -> None:
+    model = make()
+    policy = AutoPolicy(first=1, every=3, probe_steps=1, max_error=0.3, cost=SLOW)
+    state = cddp.CompressionState(policy=policy).bind(model)
+    model.register_comm_hook(state, cddp.compression_hook)
+    for step in range(5):
+        backward(model, step)
+    chk.check(bool(policy.decisions), "auto policy decided")
+    table = policy.table()
+    same = WORLD.allgather(table)
+    chk.check(len(set(same)) == 1, "every rank reached the same decision")
+    chk.check(policy.total_error <= 0.3 + 1e-9, f"budget: {policy.total_error}")
+    if WORLD.rank == 0:
+        print(table)
+
+
+if __name__ == "__main__":
+    main()
