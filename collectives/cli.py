@@ -26,19 +26,25 @@ class Command:
     help: str
     arguments: Callable[[argparse.ArgumentParser], None]
     run: Runner
+    passthrough: bool = False  # unknown arguments go to ``args.rest`` (wrapped programs)
 
 
 COMMANDS: dict[str, Command] = {}
 
 
 def command(name: str, *, help: str,
-            arguments: Callable[[argparse.ArgumentParser], None] | None = None
-            ) -> Callable[[Runner], Runner]:
-    """Register the decorated function as the subcommand ``name`` (words separated by spaces)."""
+            arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+            passthrough: bool = False) -> Callable[[Runner], Runner]:
+    """Register the decorated function as the subcommand ``name`` (words separated by spaces).
+
+    With ``passthrough`` the arguments the parser does not know are handed to the command as
+    ``args.rest`` instead of being refused (for commands wrapping another program's options).
+    """
     def register(run: Runner) -> Runner:
         if name in COMMANDS:
             raise ValueError(f"command {name!r} is already registered")
-        COMMANDS[name] = Command(name, help, arguments or (lambda parser: None), run)
+        COMMANDS[name] = Command(name, help, arguments or (lambda parser: None), run,
+                                 passthrough)
         return run
     return register
 
@@ -68,7 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the subcommand named in ``argv`` (default ``sys.argv[1:]``); return its exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and not args._command.passthrough:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.rest = rest[1:] if rest[:1] == ["--"] else rest
     args.argv = argv
     return int(args._command.run(args))
 

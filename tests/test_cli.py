@@ -115,3 +115,68 @@ def test_unknown_algorithm_is_refused() -> None:
     assert res.returncode != 0
     assert "unknown algorithm 'bogus'" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_model_json_picks_latency_algorithms_small_and_bandwidth_ones_large() -> None:
+    common = ["model", "--nodes", "16,256", "--link", "100gbit", "--latency", "2us",
+              "--gamma", "1e-10", "--compress-gbps", "10", "--json", "-"]
+    small = json.loads(compcoll(*common, "--size", "1K", timeout=30).stdout)
+    large = json.loads(compcoll(*common, "--size", "256M", timeout=30).stdout)
+    assert small["beta_s_per_byte"] == pytest.approx(8e-11)
+    assert [b["nodes"] for b in small["nodes"]] == [16, 256]
+    for block in small["nodes"]:
+        assert block["auto"] == "recursive_doubling"  # log2(p) latencies, data size irrelevant
+        assert {"ring", "tree", "recursive_doubling", "rabenseifner"} == block["algorithms"].keys()
+        sizes = [x["size"] for x in block["crossovers"]]
+        assert sizes == sorted(sizes) and block["crossovers"][0]["from"] == "recursive_doubling"
+    for block in large["nodes"]:
+        assert block["auto"] in ("ring", "rabenseifner")  # 2(p-1)/p n beta: bandwidth optimal
+        priced = {r["compressor"]: r for r in block["compressors"]}
+        assert priced["none"]["time_s"] == pytest.approx(
+            block["algorithms"][block["auto"]]["time_s"])
+        assert priced["topk:ratio=0.01"]["scheme"] == "allgather"  # sparse, not summable
+        assert priced["fp16"]["payload"] == 128 << 20
+
+
+def test_model_text_and_bad_arguments() -> None:
+    res = compcoll("model", "--nodes", "8", "--params", "25.6M", "--dtype", "fp16",
+                   "--compressor", "sign", "--compress-gbps", "5", timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert "## 8 nodes: auto picks" in res.stdout and "51200000 B" in res.stdout
+    assert "sign" in res.stdout and "crossovers:" in res.stdout
+    res = compcoll("model", "--nodes", "1", timeout=30)
+    assert res.returncode != 0 and "--nodes needs counts >= 2" in res.stderr
+    res = compcoll("model", "--link", "fast", timeout=30)
+    assert res.returncode != 0 and "not a link rate" in res.stderr
+
+
+def test_bench_compressors_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    out = tmp_path / "c.json"
+    res = compcoll("bench", "compressors", "--out", str(out), "--sizes", "4096", "--threads",
+                   "1", "--repeats", "1", "--specs", "none", "sign", timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = json.loads(out.read_text())
+    assert {r["compressor"] for r in doc["compressors"]} == {"none", "sign"}
+    assert out.with_suffix(".md").exists()
+
+
+def test_model_compare_sets_predictions_beside_a_bench_run(tmp_path: Path) -> None:
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"ranks": 4, "command": ["compcoll", "bench", "allreduce"],
+                                 "rows": [{"size": 1 << 20, "algo": "ring", "time_us": 1000.0},
+                                          {"size": 1 << 20, "algo": "auto", "time_us": 900.0,
+                                           "auto_choice": "rabenseifner"},
+                                          {"size": 1 << 20, "algo": "mpi", "time_us": 800.0}]}))
+    res = compcoll("model", "--nodes", "4", "--link", "10gbit", "--latency", "10us", "--gamma",
+                   "0", "--compressor", "none", "--compare", str(bench), "--json", "-",
+                   timeout=30)
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)["compare"]
+    assert [(r["algo"], r["modeled"]) for r in rows] == [("ring", "ring"),
+                                                         ("auto", "rabenseifner")]
+    ring = 6 * 10e-6 + 1.5 * (1 << 20) * 8e-10  # 2(p-1) alpha + 2(p-1)/p n beta
+    assert rows[0]["model_us"] == pytest.approx(ring * 1e6)
+    assert rows[0]["error_pct"] == pytest.approx((ring * 1e6 - 1000) / 10)
+    res = compcoll("model", "--nodes", "8", "--compressor", "none", "--compare", str(bench),
+                   timeout=30)
+    assert res.returncode != 0 and "--nodes 4" in res.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -30,13 +31,16 @@ def load(path: Path = SCRIPT) -> ModuleType:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("rest", nargs=argparse.REMAINDER,
-                   help="the benchmark's own options (--out, --sizes, --threads, --repeats, "
-                        "--specs); '-- -h' lists them")
+    p.epilog = ("Every other option is the benchmark's own (--out, --sizes, --threads, "
+                "--repeats, --specs); 'compcoll bench compressors -- -h' lists them.")
 
 
 @command("bench compressors", help="compressor throughput, ratio and error (bench/compressors.py)",
-         arguments=_arguments)
+         arguments=_arguments, passthrough=True)
 def run(args: argparse.Namespace) -> int:
-    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
-    return int(load().main(rest) or 0)
+    module = load()
+    saved, sys.argv[0] = sys.argv[0], "compcoll bench compressors"  # its usage line's name
+    try:
+        return int(module.main(args.rest) or 0)
+    finally:
+        sys.argv[0] = saved

@@ -17,6 +17,7 @@ from .. import costmodel, defaults, emulate, forecast
 from ..cli import command
 from .benchlib import bus_bandwidth, parse_size
 from .launch import relaunch
+from .model_report import text
 
 COMPRESSORS = ["none", "fp16", "uniform:bits=8", "sign", "topk:ratio=0.01",
                "randomk:ratio=0.01", "powersgd:rank=4"]
@@ -42,6 +43,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--size", type=parse_size, help="gradient bytes (K/M/G: powers of 1024)")
     size.add_argument("--params", type=parse_count, help="parameter count (e.g. 25.6M, 7B)")
+    p.add_argument("--sweep", metavar="SIZES",
+                   help="also tabulate predicted times at these sizes (e.g. 1M,4M,16M,64M)")
     p.add_argument("--dtype", default="float32", choices=sorted(_ITEMSIZE),
                    help="gradient dtype with --params (default float32)")
     p.add_argument("--segment", type=parse_size, help="pipeline segment bytes (default: "
@@ -54,6 +57,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                         "compressor timed here on 1M floats)")
     p.add_argument("--fitted", action="store_true",
                    help="fit alpha, beta, gamma on this machine's communicator (use -np N)")
+    p.add_argument("--compare", metavar="BENCH_JSON",
+                   help="set each algorithm's prediction beside the times of a 'bench allreduce "
+                        "--json' file (its sizes; its rank count must be among the nodes)")
     p.add_argument("--json", metavar="PATH", help="write the forecast as JSON ('-': stdout)")
     p.add_argument("-np", dest="np", type=int, metavar="N", help="ranks for --fitted")
 
@@ -94,6 +100,8 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     nbytes = args.size or (args.params or 25_600_000) * _ITEMSIZE[args.dtype]
     seg = args.segment or defaults.segment_bytes
     specs = args.compressor or COMPRESSORS
+    bench = _load_bench(args.compare)
+    sweep = _sweep(args.sweep) or sorted({r["size"] for r in bench["rows"]} if bench else ())
     doc: dict[str, Any] = {
         "source": source, "alpha_s": c.alpha, "beta_s_per_byte": c.beta,
         "gamma_s_per_byte": c.gamma, "segment_bytes": seg, "size": nbytes, "nodes": []}
@@ -113,43 +121,53 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
                            for a, t in algos.items()},
             "crossovers": forecast.crossovers(p, c, segment=seg),
             "compressors": [forecast.price_compressor(s, p, nbytes, c, rates[s], seg)
-                            for s in specs]})
+                            for s in specs],
+            "sweep": [{"size": n, "auto": forecast.best(p, n, c, seg)[0],
+                       "time_us": {a: costmodel.predict(a, p, n, c, seg) * 1e6
+                                   for a in costmodel.MODELED}} for n in sweep]})
+    if bench:
+        doc["compare"] = compare(doc, bench)
+        doc["compare_source"] = " ".join(bench.get("command", [args.compare]))
     return doc
 
 
-def _size(n: float) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
+def _load_bench(path: str | None) -> dict[str, Any] | None:
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            bench = json.load(f)
+        bench["ranks"], bench["rows"]  # noqa: B018  (both keys must be there)
+    except (OSError, ValueError, KeyError) as exc:
+        raise SystemExit(f"compcoll: --compare {path}: not a bench allreduce JSON ({exc})") \
+            from None
+    return bench
 
 
-def text(doc: dict[str, Any]) -> str:
-    """The forecast as tables, one block per node count."""
-    lines = [f"# compcoll model: {doc['source']}: alpha {doc['alpha_s'] * 1e6:.3g} us, "
-             f"beta {doc['beta_s_per_byte']:.3g} s/B ({1e-9 / doc['beta_s_per_byte']:.3g} GB/s), "
-             f"gamma {doc['gamma_s_per_byte']:.3g} s/B, segment {_size(doc['segment_bytes'])}",
-             f"# allreduce of {_size(doc['size'])} ({doc['size']} B)"]
-    for block in doc["nodes"]:
-        p = block["nodes"]
-        lines += ["", f"## {p} nodes: auto picks {block['auto']}",
-                  f"{'algorithm':>34} {'time(ms)':>11} {'busbw(GB/s)':>12}"]
-        for a, r in block["algorithms"].items():
-            mark = " <- auto" if a == block["auto"] else ""
-            lines.append(f"{a:>34} {r['time_s'] * 1e3:11.3f} {r['busbw_GBps']:12.3f}{mark}")
-        cross = ", ".join(f"{x['from']} -> {x['to']} at {_size(x['size'])}"
-                          for x in block["crossovers"]) or "none"
-        lines.append(f"# crossovers: {cross}")
-        lines.append(f"{'compressor':>34} {'wire':>10} {'time(ms)':>11} {'comm':>9} "
-                     f"{'codec':>9}  scheme")
-        for r in block["compressors"]:
-            if r["time_s"] is None:
-                lines.append(f"{r['compressor']:>34} {'-':>10} {'-':>11}  ({r['note']})")
-                continue
-            lines.append(f"{r['compressor']:>34} {_size(r['payload']):>10} "
-                         f"{r['time_s'] * 1e3:11.3f} {r['comm_s'] * 1e3:9.3f} "
-                         f"{r['codec_s'] * 1e3:9.3f}  {r['scheme']}")
-    return "\n".join(lines)
+def compare(doc: dict[str, Any], bench: dict[str, Any]) -> list[dict[str, Any]]:
+    """Predicted against measured time for every modeled row of a bench run (error in %)."""
+    p = bench["ranks"]
+    block = next((b for b in doc["nodes"] if b["nodes"] == p), None)
+    if block is None:
+        raise SystemExit(f"compcoll: --compare: the bench ran on {p} ranks; forecast them too "
+                         f"(--nodes {p}, or --fitted -np {p})")
+    predicted = {r["size"]: r["time_us"] for r in block["sweep"]}
+    rows = []
+    for r in bench["rows"]:
+        algo = r.get("auto_choice") or r["algo"]
+        if algo in costmodel.MODELED and r["size"] in predicted:
+            model = predicted[r["size"]][algo]
+            rows.append({"size": r["size"], "algo": r["algo"], "modeled": algo,
+                         "measured_us": r["time_us"], "model_us": model,
+                         "error_pct": (model - r["time_us"]) / r["time_us"] * 100})
+    return rows
+
+
+def _sweep(text: str | None) -> list[int]:
+    try:
+        return [parse_size(x) for x in (text or "").split(",") if x.strip()]
+    except argparse.ArgumentTypeError as exc:
+        raise SystemExit(f"compcoll: --sweep: {exc}") from None
 
 
 @command("model", help="forecast allreduce and compressor times on a cluster from the cost "
