@@ -11,6 +11,13 @@ it saved, or one list of every rank's dicts indexed by rank). At another world s
 residuals are reset to zero (they are per-rank memories with no meaning on a rank that did
 not make them) and everything else is kept: the step, the decisions, the warm starts (Q is
 the allreduced factor, identical on every rank).
+
+Exactness: a resumed run repeats the uninterrupted one bit for bit when the parameters are
+fused into the same groups as before. Fused members are ordered by the model (reverse
+registration order), not by the bucket, but DDP's first iteration after a restart uses its
+initial buckets: with several buckets, a group can hold other parameters for that one
+iteration, and blockwise quantizers (uniform, qsgd) then round differently. Per-parameter
+and elementwise compressors (PowerSGD, fp16, none) and models in one bucket resume exactly.
 """
 
 from __future__ import annotations

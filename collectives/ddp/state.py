@@ -45,6 +45,7 @@ class CompressionState:
         self.version = 0  # bumped when the policy's decisions change
         self.timeline: deque[dict[str, Any]] = deque(maxlen=4096)
         self._names: dict[int, str] = {}
+        self._order: dict[str, int] = {}
         self._layers: dict[str, Layer] = {}
         self._comps: dict[str, compressors.Compressor] = {}
         self._feedback: dict[str, compressors.ErrorFeedback] = {}
@@ -63,6 +64,7 @@ class CompressionState:
         self._names = {id(p): name for name, (p, _) in found.items()}
         self._names.update({p.data_ptr(): name for name, (p, _) in found.items()})
         self._layers = {name: layer for name, (_, layer) in found.items()}
+        self._order = {name: i for i, name in enumerate(found)}
         self.policy.bind(list(self._layers.values()))
         return self
 
@@ -129,6 +131,11 @@ class CompressionState:
             else:
                 by_spec.setdefault(spec, []).append(j)
         for spec, js in by_spec.items():
+            # Fused order: reverse registration order (DDP's order once it has rebuilt its
+            # buckets, so a view), the same whatever the bucketing: blockwise quantizers then
+            # see the same buffer before and after a resume.
+            if all(layers[j].name in self._order for j in js):
+                js = sorted(js, key=lambda j: -self._order[layers[j].name])
             names = [layers[j].name for j in js]
             out.append(grouping.Group(spec, grouping.group_name(names),
                                       [(layers[j].name, layers[j].numel) for j in js],

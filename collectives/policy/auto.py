@@ -145,6 +145,9 @@ class AutoPolicy(Policy):
                              "norm_change": abs(cur - prev) / prev})
 
     def _decide(self, comm: Any, step: int) -> None:
+        if not self._profiler.stats:  # no gradient was seen (the same on every rank)
+            self.log.append({"step": step, "event": "nothing profiled; decisions kept"})
+            return
         layers, local = self._profiler.table()
         rows = combine(comm, local)
         cost = self.cost or costmodel.params(comm)

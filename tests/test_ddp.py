@@ -1,0 +1,42 @@
+"""DDP compression hook: multi-rank checks under mpiexec (gloo process group, 2-3 ranks)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.mpirun import run
+from tests.test_mpi import _passed
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_hook_matches_ddp_and_follows_policy(np_: int) -> None:
+    _passed(run("ddp_hook.py", np_, timeout=120), "ddp hook")
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_checkpoint_resumes_exactly(np_: int) -> None:
+    _passed(run("ddp_checkpoint.py", np_, timeout=120), "ddp checkpoint")
+
+
+def test_bad_state_arguments_raise_value_error() -> None:
+    import collectives.ddp as cddp
+
+    for kwargs, words in (({"policy": "zip"}, "zip"), ({"policy": [("size<3", "none")]},
+                                                     "size<3"),
+                          ({"start_step": -1}, "start_step"), ({"error_feedback": 1},
+                                                               "error_feedback"),
+                          ({"policy": 3}, "policy")):
+        with pytest.raises(ValueError, match=words):
+            cddp.CompressionState(**kwargs)
+
+
+def test_state_pickles_without_process_group() -> None:
+    import pickle
+
+    import collectives.ddp as cddp
+
+    state = cddp.CompressionState(policy="uniform:bits=4", process_group=object())
+    back = pickle.loads(pickle.dumps(state))
+    assert back.process_group is None and back.policy.spec.startswith("uniform:bits=4")
