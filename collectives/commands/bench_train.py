@@ -1,0 +1,181 @@
+"""``compcoll bench train``: data-parallel training with PyTorch's hooks and ours.
+
+Each run trains the same model from the same weights on the same batches: DDP without a
+hook, PyTorch's ``fp16_compress_hook`` and ``powerSGD_hook``, and ``collectives.ddp`` with
+int8 + error feedback, top-k + error feedback and the automatic policy. Reported per run:
+time per step, compute time per step (forward + backward under ``no_sync``, no
+communication), the communication share 1 - compute/step, the share of our hook's
+communication hidden behind backward, bytes sent per step (ours), final loss and test
+metric (digits accuracy; bits per byte on held-out text).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import socket
+import time
+from typing import Any
+
+import numpy as np
+
+from ..cli import command
+from . import emulate as emulated
+from . import train_report as report
+from .launch import LAUNCHER_VARS, relaunch, without_np
+from .train_models import task
+from .train_runs import RUNS, init_gloo
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="cnn,lm", help="comma-separated: cnn, lm, lm-large "
+                   "(lm-large has > 10M parameters: the bandwidth-bound case)")
+    p.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated of {list(RUNS)}")
+    p.add_argument("--steps", type=int, default=120, help="training steps per run (120)")
+    p.add_argument("--batch", type=int, default=16, help="samples per rank per step (16)")
+    p.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate (2e-3)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--start-step", type=int, default=2, help="uncompressed steps first (2)")
+    p.add_argument("--every", type=int, default=50, help="auto: re-decide every N steps")
+    p.add_argument("--max-error", type=float, default=0.25, help="auto: error budget")
+    p.add_argument("--plan-link", metavar="RATE", help="auto: price communication for a "
+                   "RATE link (e.g. 1gbit) instead of the fitted one")
+    p.add_argument("--comm", choices=("gloo", "mpi"), default="gloo",
+                   help="our hook's communicator: the DDP process group or MPI_COMM_WORLD")
+    p.add_argument("--json", metavar="PATH")
+    p.add_argument("--plot", metavar="PATH", help="PNG of the loss curves")
+    p.add_argument("--txt", metavar="PATH", help="also write the table to PATH")
+    p.add_argument("-np", dest="np", type=int, metavar="N",
+                   help="run on N ranks, re-launching under mpiexec if needed")
+    emulated.add_link_arguments(p)
+
+
+def _plan_cost(args: argparse.Namespace, comm: Any) -> Any:
+    if not args.plan_link:
+        return None
+    from .. import costmodel, emulate
+
+    fitted = costmodel.params(comm)
+    return costmodel.CostParams(fitted.alpha, 8.0 / emulate.parse_rate(args.plan_link),
+                                fitted.gamma)
+
+
+def _one(name: str, t: Any, args: argparse.Namespace, mpi: Any) -> dict[str, Any]:
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import collectives.ddp as cddp
+
+    model = DDP(t.make())
+    state = RUNS[name](model, args)
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    losses, times = [], []
+    for step in range(args.steps):
+        mpi.Barrier()
+        t0 = time.perf_counter()
+        loss = t.loss(model, t.batch(step, mpi.rank, args.batch, args.seed))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss.detach()))
+    compute = []
+    for step in range(5):  # the same work without communication
+        mpi.Barrier()
+        t0 = time.perf_counter()
+        with model.no_sync():
+            t.loss(model, t.batch(step, mpi.rank, args.batch, args.seed)).backward()
+        compute.append(time.perf_counter() - t0)
+    warm = min(len(times) - 1, max(5, args.start_step + 3))
+    step_s = mpi.allreduce(float(np.mean(times[warm:])), op=_max())
+    compute_s = mpi.allreduce(float(np.median(compute)), op=_max())
+    mean_loss = np.asarray(mpi.allreduce(np.asarray(losses))) / mpi.size
+    flat = torch.cat([p.detach().reshape(-1) for p in model.module.parameters()]).numpy()
+    agree = len(set(mpi.allgather(hash(flat.tobytes())))) == 1
+    row = {"model": t.name, "run": name, "steps": args.steps, "step_ms": step_s * 1e3,
+           "compute_ms": compute_s * 1e3, "comm_share": max(0.0, 1 - compute_s / step_s),
+           "overlap": None, "sent_kb": None, "final_loss": float(mean_loss[-10:].mean()),
+           "metric": t.evaluate(model.module), "metric_name": t.metric,
+           "parameters": int(flat.size), "ranks_agree": agree, "losses": mean_loss.tolist()}
+    if state is not None:
+        ov = cddp.overlap(state, steps=args.steps - warm)
+        recs = [r for r in state.timeline if r["step"] >= warm and "bytes_sent" in r]
+        sent = sum(r["bytes_sent"] for r in recs) / max(1, args.steps - warm)
+        row.update(overlap=ov["overlap"], sent_kb=mpi.allreduce(sent, op=_max()) / 1e3,
+                   hook_ms=ov["hook_s"] * 1e3, exposed_ms=ov["exposed_s"] * 1e3)
+        if getattr(state.policy, "adaptive", False):
+            row["decisions"] = state.policy.table()
+            row["decision_log"] = state.policy.log
+        state.close()
+    return row
+
+
+def _max() -> Any:
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+@command("bench train", help="train small models with PyTorch's DDP hooks and ours",
+         arguments=_arguments)
+def run(args: argparse.Namespace) -> int:
+    models = [m.strip() for m in args.model.split(",") if m.strip()]
+    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    unknown = [r for r in runs if r not in RUNS]
+    if unknown or args.steps < 10 or args.batch < 1:
+        raise SystemExit(f"compcoll: unknown run(s) {unknown} (choose from {list(RUNS)})"
+                         if unknown else "compcoll: need --steps >= 10 and --batch >= 1")
+    if args.link and not emulated.inside():
+        if any(v in __import__("os").environ for v in LAUNCHER_VARS):
+            raise SystemExit("compcoll: --link starts its own ranks; run it without mpiexec")
+        return emulated.run_on_cluster(emulated.topology(args), args.argv)
+    code = relaunch(args.np, args.argv)
+    if code is not None:
+        return code
+    import torch
+    from mpi4py import MPI
+
+    from .. import as_communicator
+
+    torch.set_num_threads(1)  # ranks share the cores
+    mpi = MPI.COMM_WORLD
+    init_gloo(mpi, emulated.inside())
+    args.plan_cost = _plan_cost(args, as_communicator(mpi))
+    tasks = [task(m, args.seed) for m in models]
+    lines = [f"# compcoll bench train: {mpi.size} ranks, torch.distributed gloo, {args.steps} "
+             f"steps, batch {args.batch}/rank, our hooks over {args.comm}"
+             f"{', link ' + args.link if args.link else ''}", report.header()]
+    if mpi.rank == 0:
+        print("\n".join(lines), flush=True)
+    rows = []
+    for t in tasks:
+        for name in runs:
+            row = _one(name, t, args, mpi)
+            rows.append(row)
+            lines.append(report.format_row(row))
+            if mpi.rank == 0:
+                print(lines[-1], flush=True)
+    for row in rows:
+        if "decisions" in row:
+            lines += [f"# auto policy decisions, {row['model']}:", row["decisions"]]
+    if mpi.rank == 0:
+        print("\n".join(lines[2 + len(rows):]))
+        _write(args, mpi, rows, lines)
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+    return 0 if all(r["ranks_agree"] for r in rows) else 1
+
+
+def _write(args: argparse.Namespace, mpi: Any, rows: list[dict], lines: list[str]) -> None:
+    argv = without_np(args.argv)
+    meta = {"command": ["compcoll", *argv[:2], "-np", str(mpi.size), *argv[2:]],
+            "ranks": mpi.size, "hostname": socket.gethostname(), "link": args.link,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    if args.json:
+        report.write_json(args.json, meta, rows)
+    if args.txt:
+        with open(args.txt, "w") as f:
+            f.write("\n".join(lines) + "\n")
+    if args.plot:
+        report.plot(args.plot, rows, f"compcoll bench train, {mpi.size} ranks")

@@ -1,0 +1,149 @@
+"""Models and data for ``compcoll bench train``: nothing is downloaded.
+
+* ``cnn``: a small CNN on scikit-learn's ``load_digits`` (1797 8x8 images shipped with it).
+* ``lm`` / ``lm-large``: a byte-level causal transformer on the Python standard library's own
+  source files (``sysconfig.get_paths()["stdlib"]``); ``lm-large`` has > 10M parameters.
+
+Every random choice (initial weights, batches) comes from a generator seeded from (seed,
+step, rank); the global RNG is not touched.
+"""
+
+from __future__ import annotations
+
+import math
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+LM_SIZES = {"lm": dict(d=64, layers=2, heads=4), "lm-large": dict(d=512, layers=4, heads=8)}
+CONTEXT = 64
+
+
+class DigitsCNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.fc1 = nn.Linear(32 * 4 * 4, 64)
+        self.fc2 = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.conv2(torch.relu(self.conv1(x))))
+        h = nn.functional.max_pool2d(h, 2).flatten(1)
+        return self.fc2(torch.relu(self.fc1(h)))
+
+
+class ByteLM(nn.Module):
+    def __init__(self, d: int, layers: int, heads: int) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(256, d)
+        self.pos = nn.Embedding(CONTEXT, d)
+        block = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True,
+                                           norm_first=True)
+        self.body = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, 256)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = x.shape[1]
+        mask = nn.Transformer.generate_square_subsequent_mask(t)
+        h = self.tok(x) + self.pos(torch.arange(t))
+        return self.head(self.norm(self.body(h, mask=mask, is_causal=True)))
+
+
+@dataclass
+class Task:
+    """A model factory, a batch source and an evaluation (accuracy or bits per byte)."""
+
+    name: str
+    make: Any
+    train: tuple[torch.Tensor, torch.Tensor] | torch.Tensor
+    test: tuple[torch.Tensor, torch.Tensor] | torch.Tensor
+    metric: str
+
+    def batch(self, step: int, rank: int, size: int, seed: int) -> tuple[torch.Tensor, ...]:
+        g = torch.Generator().manual_seed(seed * 1_000_003 + step * 1009 + rank)
+        if self.metric == "accuracy":
+            x, y = self.train  # type: ignore[misc]
+            idx = torch.randint(0, len(x), (size,), generator=g)
+            return x[idx], y[idx]
+        text = self.train
+        start = torch.randint(0, len(text) - CONTEXT - 1, (size,), generator=g)
+        win = torch.stack([text[s:s + CONTEXT + 1] for s in start.tolist()])
+        return win[:, :-1], win[:, 1:]
+
+    def loss(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        x, y = batch
+        out = model(x)
+        return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> float:
+        """Test accuracy (cnn) or bits per byte on held-out text (lm)."""
+        model.eval()
+        try:
+            if self.metric == "accuracy":
+                x, y = self.test  # type: ignore[misc]
+                return float((model(x).argmax(1) == y).float().mean())
+            text = self.test
+            starts = range(0, len(text) - CONTEXT - 1, max(1, (len(text) - CONTEXT) // 32))
+            win = torch.stack([text[s:s + CONTEXT + 1] for s in list(starts)[:32]])
+            return float(self.loss(model, (win[:, :-1], win[:, 1:]))) / math.log(2)
+        finally:
+            model.train()
+
+
+def _seeded(factory: Any, seed: int) -> Any:
+    def make() -> nn.Module:
+        with torch.random.fork_rng():  # the same weights on every rank, global RNG untouched
+            torch.manual_seed(seed)
+            return factory()
+    return make
+
+
+def digits(seed: int) -> Task:
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise SystemExit("compcoll: bench train's cnn needs scikit-learn (pip install "
+                         "scikit-learn) for its bundled digits data") from None
+    data = load_digits()
+    x = torch.tensor(data.images / 16.0, dtype=torch.float32).unsqueeze(1)
+    y = torch.tensor(data.target, dtype=torch.int64)
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
+    tr, te = order[:1500], order[1500:]
+    return Task("cnn", _seeded(DigitsCNN, seed), (x[tr], y[tr]), (x[te], y[te]), "accuracy")
+
+
+def stdlib_text(limit: int) -> np.ndarray:
+    """The first ``limit`` bytes of the standard library's .py files, in sorted path order."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    out, total = [], 0
+    for path in sorted(root.glob("*.py")):
+        data = path.read_bytes()
+        out.append(data)
+        total += len(data)
+        if total >= limit:
+            break
+    return np.frombuffer(b"".join(out)[:limit], dtype=np.uint8)
+
+
+def language(name: str, seed: int, nbytes: int = 1 << 20) -> Task:
+    text = torch.from_numpy(stdlib_text(nbytes).astype(np.int64))
+    cut = int(len(text) * 0.95)
+    size = LM_SIZES[name]
+    return Task(name, _seeded(lambda: ByteLM(**size), seed), text[:cut], text[cut:],
+                "bits_per_byte")
+
+
+def task(name: str, seed: int) -> Task:
+    if name == "cnn":
+        return digits(seed)
+    if name in LM_SIZES:
+        return language(name, seed)
+    raise SystemExit(f"compcoll: unknown model {name!r}; choose cnn, lm or lm-large")

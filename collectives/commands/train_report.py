@@ -1,0 +1,57 @@
+"""``bench train``'s outputs: the table, JSON, and a PNG of the loss curves."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+COLUMNS = [("model", "model", 8, "{}"), ("run", "run", 9, "{}"),
+           ("step_ms", "step(ms)", 9, "{:.1f}"), ("compute_ms", "compute(ms)", 11, "{:.1f}"),
+           ("comm_share", "comm%", 6, "{:.0%}"), ("overlap", "overlap", 7, "{:.0%}"),
+           ("sent_kb", "sent(KB)", 9, "{:.1f}"), ("final_loss", "loss", 7, "{:.3f}"),
+           ("metric", "metric", 8, "{:.3f}"), ("metric_name", "", 13, "{}")]
+
+
+def header() -> str:
+    return " ".join(f"{h:>{w}}" for _, h, w, _ in COLUMNS)
+
+
+def format_row(row: dict[str, Any]) -> str:
+    cells = []
+    for key, _, width, fmt in COLUMNS:
+        v = row.get(key)
+        cells.append(f"{'-' if v is None else fmt.format(v):>{width}}")
+    return " ".join(cells)
+
+
+def write_json(path: str, meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        f.write("\n")
+
+
+def plot(path: str, rows: list[dict[str, Any]], title: str) -> None:
+    """One panel per model: every run's (smoothed) training loss against the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4), squeeze=False)
+    for ax, model in zip(axes[0], models, strict=True):
+        for r in (r for r in rows if r["model"] == model):
+            loss = np.asarray(r["losses"])
+            k = max(1, len(loss) // 25)
+            smooth = np.convolve(loss, np.ones(k) / k, mode="valid")
+            ax.plot(np.arange(len(smooth)) + k - 1, smooth, label=r["run"])
+        ax.set_title(model)
+        ax.set_xlabel("step")
+        ax.set_ylabel("training loss (mean over ranks)")
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

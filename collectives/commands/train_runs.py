@@ -1,0 +1,97 @@
+"""The runs of ``compcoll bench train``: PyTorch's own hooks and ours, one registry."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+RUNS: dict[str, Callable[[Any, Any], Any]] = {}
+
+
+def run(name: str) -> Callable[[Callable[[Any, Any], Any]], Callable[[Any, Any], Any]]:
+    """Register ``fn(ddp_model, args) -> our CompressionState or None`` under ``name``."""
+    def deco(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        RUNS[name] = fn
+        return fn
+    return deco
+
+
+@run("ddp")
+def _plain(model: Any, args: Any) -> None:
+    """DDP's own allreduce, no hook."""
+
+
+@run("fp16")
+def _fp16(model: Any, args: Any) -> None:
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+
+
+@run("powersgd")
+def _powersgd(model: Any, args: Any) -> None:
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
+
+    state = ps.PowerSGDState(process_group=None, matrix_approximation_rank=4,
+                             start_powerSGD_iter=args.start_step, min_compression_rate=2,
+                             random_seed=args.seed)
+    model.register_comm_hook(state, ps.powerSGD_hook)
+
+
+def _ours(policy: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
+    def register(model: Any, args: Any) -> Any:
+        import collectives.ddp as cddp
+
+        comm = None
+        if args.comm == "mpi":
+            from mpi4py import MPI
+
+            comm = MPI.COMM_WORLD
+        state = cddp.CompressionState(policy=policy(args), start_step=args.start_step,
+                                      comm=comm).bind(model)
+        model.register_comm_hook(state, cddp.compression_hook)
+        return state
+    return register
+
+
+RUNS["int8+ef"] = _ours(lambda args: "uniform:bits=8")
+RUNS["topk+ef"] = _ours(lambda args: "topk:ratio=0.01")
+
+
+def _auto(args: Any) -> Any:
+    from collectives.policy import AutoPolicy
+
+    return AutoPolicy(first=args.start_step + 1, every=args.every, max_error=args.max_error,
+                      cost=args.plan_cost)
+
+
+RUNS["auto"] = _ours(_auto)
+
+
+def init_gloo(comm: Any, emulated: bool) -> None:
+    """torch.distributed over gloo for the MPI ranks (the port picked by rank 0).
+
+    On an emulated cluster every rank sits in its own network namespace: gloo then talks to
+    rank 0's address over the shaped link.
+    """
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    from .. import emulate
+
+    host = emulate.address(0) if emulated else "127.0.0.1"
+    port = None
+    if comm.rank == 0:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+    port = comm.bcast(port)
+    os.environ.update(MASTER_ADDR=host, MASTER_PORT=str(port))
+    if emulated:
+        os.environ["GLOO_SOCKET_IFNAME"] = emulate.RANK_IF
+    dist.init_process_group("gloo", rank=comm.rank, world_size=comm.size,
+                            timeout=timedelta(seconds=300))
