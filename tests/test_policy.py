@@ -14,13 +14,13 @@ from collectives.policy import AutoPolicy, Layer, Rules, Table, as_policy, solve
 SLOW = CostParams(alpha=5e-5, beta=8e-9, gamma=1e-10)  # ~1 Gbit/s
 
 
-class Solo:
-    """A one-rank communicator: enough for the policy's combine step."""
+class Ranks:
+    """Four ranks that measured the same: enough for the policy's combine step."""
 
-    size, rank = 1, 0
+    size, rank = 4, 0
 
     def allgather_ints(self, values, collective="", timeout=None):
-        return np.asarray(values).reshape(1, -1)
+        return np.tile(np.asarray(values).reshape(1, -1), (self.size, 1))
 
 
 def lay(name: str, numel: int, kind: str = "linear", shape=None) -> Layer:
@@ -95,7 +95,7 @@ def _profile(policy: AutoPolicy, layers: list[Layer], steps: range) -> None:
 def test_auto_policy_respects_its_budget_and_leaves_tiny_layers_alone(budget: float) -> None:
     layers = [lay("big", 1 << 17), lay("mid", 1 << 14), lay("tiny", 16, "1d")]
     policy = AutoPolicy(max_error=budget, first=0, probe_steps=2, cost=SLOW)
-    comm = Solo()
+    comm = Ranks()
     assert not policy.update(comm, 0) and policy.wants_profile(0)
     _profile(policy, layers, range(2))
     policy.update(comm, 2)
@@ -112,7 +112,7 @@ def test_auto_policy_respects_its_budget_and_leaves_tiny_layers_alone(budget: fl
 
 def test_auto_policy_reevaluates_on_a_regime_change() -> None:
     policy = AutoPolicy(first=0, every=1000, window=2, threshold=0.5, probe_steps=1, cost=SLOW)
-    comm, layers = Solo(), [lay("big", 1 << 12)]
+    comm, layers = Ranks(), [lay("big", 1 << 12)]
     probes = []
     for step in range(10):
         policy.update(comm, step)

@@ -23,12 +23,9 @@ from typing import Any
 
 import numpy as np
 
-import compressors
-
-from .. import costmodel, pricing
-from ..compressed import feasible
+from .. import costmodel
+from . import plan
 from .base import Policy, canonical, short
-from .dp import solve
 from .layers import Layer
 from .profile import PER_CANDIDATE, Profiler, combine
 
@@ -51,6 +48,9 @@ class AutoConfig:
     #: A compressor must beat sending uncompressed by this many seconds per layer to be
     #: chosen, so timing noise of a few microseconds never compresses a tiny layer.
     min_gain: float = 2e-6
+    #: Layers smaller than this are sent uncompressed: they cannot save bandwidth worth the
+    #: error (biases, norm scales), whatever a few microseconds of timing noise suggest.
+    min_numel: int = 1024
 
     def __post_init__(self) -> None:
         if not self.candidates:
@@ -62,6 +62,8 @@ class AutoConfig:
                              "choice that keeps every budget feasible)")
         if not (0 <= self.max_error < math.inf):
             raise ValueError(f"max_error must be a finite number >= 0, got {self.max_error}")
+        if not (isinstance(self.min_numel, int) and self.min_numel >= 0):
+            raise ValueError(f"min_numel must be an integer >= 0, got {self.min_numel!r}")
         for key in ("every", "probe_steps", "window", "bins"):
             if not (isinstance(getattr(self, key), int) and getattr(self, key) >= 1):
                 raise ValueError(f"{key} must be an integer >= 1, got {getattr(self, key)!r}")
@@ -157,12 +159,15 @@ class AutoPolicy(Policy):
         for layer, row, w in zip(layers, rows, share, strict=True):
             cols = row[1:].reshape(len(cands), PER_CANDIDATE)
             r = np.sqrt(cols[:, 0] / np.maximum(cols[:, 1], 1e-300))
-            times.append([self._price(comm.size, layer, spec, col, cost)
-                          + (0.0 if spec == "none" else self.config.min_gain)
+            small = layer.numel < self.config.min_numel
+            times.append([plan.price(comm.size, layer, spec, col, cost) if spec == "none" else
+                          math.inf if small else
+                          plan.price(comm.size, layer, spec, col, cost) + self.config.min_gain
                           for spec, col in zip(cands, cols, strict=True)])
             errors.append([float(w * x * x) for x in r])
             rel.append(r)
-        pick = solve(times, errors, self.config.max_error ** 2, self.config.bins)
+        pick, total = plan.plan(comm.size, cands, times, errors, self.config.max_error ** 2,
+                                self.config.bins, cost)
         self.decisions = {lay.name: cands[c] for lay, c in zip(layers, pick, strict=True)}
         self.rows = [{"layer": lay.name, "numel": lay.numel, "kind": lay.kind,
                       "compressor": cands[c], "bytes": int(row[1:].reshape(-1, PER_CANDIDATE)
@@ -171,17 +176,8 @@ class AutoPolicy(Policy):
                      for i, (lay, c, row) in enumerate(zip(layers, pick, rows, strict=True))]
         self.total_error = math.sqrt(sum(errors[i][c] for i, c in enumerate(pick)))
         self.log.append({"step": step, "event": f"decided ({self._reason})",
-                         "predicted_s": sum(times[i][c] for i, c in enumerate(pick)),
+                         "predicted_s": total,
                          "error": self.total_error})
-
-    @staticmethod
-    def _price(p: int, layer: Layer, spec: str, col: np.ndarray,
-               cost: costmodel.CostParams) -> float:
-        comp = compressors.get(spec)
-        nbytes = 4 * max(layer.numel, 1)
-        cs, ds = col[2] / nbytes, col[3] / nbytes
-        return min(pricing.predict_scheme(s, p, layer.numel, 4, int(col[4]), cost, cs, ds,
-                                          int(col[5])) for s in feasible(comp))
 
     def table(self, layers: list[Layer] | None = None) -> str:
         """The last decision: layer, numel, compressor, bytes, predicted time, error."""

@@ -1,0 +1,61 @@
+"""Pricing a layer under a compressor and planning the whole step (fusion counted)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import compressors
+
+from .. import costmodel, pricing
+from ..compressed import feasible
+from .dp import solve
+from .layers import Layer
+
+
+def price(p: int, layer: Layer, spec: str, col: np.ndarray, cost: costmodel.CostParams) -> float:
+    """Predicted seconds to allreduce ``layer`` alone with ``spec``: the measured compress and
+    decompress times (col[2], col[3]) plus the cost model's price of the payload (col[4]
+    bytes, col[5] kept elements), over the cheapest scheme the compressor can use."""
+    comp = compressors.get(spec)
+    nbytes = 4 * max(layer.numel, 1)
+    cs, ds = col[2] / nbytes, col[3] / nbytes
+    return min(pricing.predict_scheme(s, p, layer.numel, 4, int(col[4]), cost, cs, ds,
+                                      int(col[5])) for s in feasible(comp))
+
+
+def latency(p: int, spec: str, cost: costmodel.CostParams) -> float:
+    """The price of one collective of this compressor on an empty tensor (its latency)."""
+    comp = compressors.get(spec)
+    return min(pricing.predict_scheme(s, p, 1, 4, 0, cost, 0.0, 0.0, 1) for s in feasible(comp))
+
+
+def plan(p: int, cands: tuple[str, ...], times: list[list[float]], errors: list[list[float]],
+         budget: float, bins: int, cost: costmodel.CostParams) -> tuple[list[int], float]:
+    """Per-layer choice and its predicted step time, counting fusion.
+
+    Layers that share a compressor travel in one collective, so a compressor's latency is
+    paid once, not per layer. The dynamic program runs on each subset of candidates (each
+    with "none"), on latency-free layer prices; the subset's latencies are added to its
+    result and the cheapest plan wins.
+    """
+    lat = [latency(p, spec, cost) for spec in cands]
+    body = [[max(t - lat[c], 0.0) for c, t in enumerate(row)] for row in times]
+    none = cands.index("none")
+    others = [c for c in range(len(cands)) if c != none]
+    if len(others) <= 7:
+        subsets = [[none, *(c for j, c in enumerate(others) if mask >> j & 1)]
+                   for mask in range(1 << len(others))]
+    else:
+        subsets = [list(range(len(cands)))]
+    best: tuple[float, list[int]] | None = None
+    for sub in subsets:
+        allowed = set(sub)
+        masked = [[t if c in allowed else math.inf for c, t in enumerate(row)] for row in body]
+        pick = solve(masked, errors, budget, bins)
+        total = sum(body[i][c] for i, c in enumerate(pick)) + sum(lat[c] for c in set(pick))
+        if best is None or total < best[0]:
+            best = (total, pick)
+    assert best is not None
+    return best[1], best[0]
