@@ -71,6 +71,7 @@ class Topology:
     delay_s: float = 0.0
     burst: int | None = None
     queue_s: float = 0.02  # tbf "latency": how long a packet may wait in the bucket's queue
+    mtu: int = 1500
     tag: str = str(os.getpid())
 
     def __post_init__(self) -> None:
@@ -80,6 +81,8 @@ class Topology:
             raise ValueError(f"at most 250 ranks fit in 10.77.0.0/24, got {self.ranks}")
         if not self.rate_bps > 0 or self.delay_s < 0:
             raise ValueError("the link rate must be > 0 and the delay >= 0")
+        if not 1280 <= self.mtu <= 65535:
+            raise ValueError(f"the MTU must be in 1280..65535, got {self.mtu}")
 
     def ns(self, i: int | str) -> str:
         return f"{PREFIX}{self.tag}-{i}"
@@ -115,8 +118,8 @@ def setup_commands(topo: Topology) -> list[list[str]]:
     for i in range(topo.ranks):
         ns, port = topo.ns(i), f"ccp{i}"
         cmds += [["ip", "netns", "add", ns],
-                 ["ip", "link", "add", RANK_IF, "netns", ns, "type", "veth",
-                  "peer", "name", port, "netns", br],
+                 ["ip", "link", "add", RANK_IF, "mtu", str(topo.mtu), "netns", ns, "type",
+                  "veth", "peer", "name", port, "mtu", str(topo.mtu), "netns", br],
                  ["ip", "-n", ns, "link", "set", "lo", "up"],
                  ["ip", "-n", ns, "addr", "add", f"{address(i)}/24", "dev", RANK_IF],
                  ["ip", "-n", ns, "link", "set", RANK_IF, "up"],

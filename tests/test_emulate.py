@@ -42,6 +42,8 @@ def test_setup_shapes_both_directions_of_every_link() -> None:
     for c in cmds:
         assert c[:2] == ["ip", "netns"] or c[1] == "-n" or "netns" in c
     assert ["ip", "-n", "cc7-2", "addr", "add", "10.77.0.3/24", "dev", "ccl"] in cmds
+    veths = [c for c in cmds if c[:3] == ["ip", "link", "add"]]
+    assert len(veths) == 3 and all(c.count("1500") == 2 for c in veths)  # both ends' MTU
     assert emulate.teardown_commands(topo.namespaces)[-1] == ["ip", "netns", "delete", "cc7-2"]
 
 
@@ -70,6 +72,8 @@ def test_bad_topologies_are_refused() -> None:
         emulate.Topology(1, 1e9)
     with pytest.raises(ValueError, match="250"):
         emulate.Topology(300, 1e9)
+    with pytest.raises(ValueError, match="MTU"):
+        emulate.Topology(2, 1e9, mtu=100)
 
 
 def test_link_needs_np_and_delay_needs_link() -> None:

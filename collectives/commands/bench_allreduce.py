@@ -105,7 +105,7 @@ def _link(args: argparse.Namespace) -> dict[str, Any] | None:
     rate = emulate.parse_rate(args.link)
     return {"rate": args.link, "rate_bps": rate,
             "delay_s": emulate.parse_duration(args.delay) if args.delay else 0.0,
-            "burst_bytes": args.burst or emulate.default_burst(rate),
+            "burst_bytes": args.burst or emulate.default_burst(rate), "mtu": args.mtu,
             "transport": "MPICH ch4:ofi tcp over veth, tc tbf both ways"}
 
 
@@ -134,8 +134,9 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("compcoll: need -n >= 1 and -w >= 0")
     if args.plot:
         report.require_matplotlib()
-    if (args.delay or args.burst) and not args.link:
-        raise SystemExit("compcoll: --delay and --burst shape an emulated link; add --link RATE")
+    if (args.delay or args.burst or args.mtu != 1500) and not args.link:
+        raise SystemExit("compcoll: --delay, --burst and --mtu shape an emulated link; add "
+                         "--link RATE")
     if args.link and not emulated.inside():
         topo = emulated.topology(args)
         if _launched():

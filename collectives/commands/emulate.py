@@ -99,7 +99,7 @@ def topology(args: argparse.Namespace) -> emulate.Topology:
     try:
         return emulate.Topology(args.np, emulate.parse_rate(args.link),
                                 emulate.parse_duration(args.delay) if args.delay else 0.0,
-                                args.burst)
+                                args.burst, mtu=args.mtu)
     except ValueError as exc:
         raise SystemExit(f"compcoll: {exc}") from None
 
@@ -145,6 +145,8 @@ def add_link_arguments(p: argparse.ArgumentParser) -> None:
                    help="one-way link delay (e.g. 50us); needs the kernel's netem qdisc")
     g.add_argument("--burst", type=int, metavar="BYTES",
                    help="tbf bucket size (default: 2 ms at the rate, at least 64 KiB)")
+    g.add_argument("--mtu", type=int, default=1500,
+                   help="MTU of every link (default 1500; 9000 for jumbo frames)")
 
 
 def _cleanup_arguments(p: argparse.ArgumentParser) -> None:
