@@ -1,11 +1,16 @@
 // Helpers shared by the compression kernels: a counter-based RNG, key transforms, array checks.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "common.h"
+
+#ifdef __BMI2__
+#include <immintrin.h>
+#endif
 
 namespace compcoll {
 
@@ -15,12 +20,29 @@ inline uint32_t mix32(uint32_t h) {
   return h;
 }
 
+// The counter RNG split in two: the part that depends on the index's high word is fixed over
+// any run of indices that stays below a 2^32 boundary, so the per-index part runs on 32-bit
+// lanes and vectorizes.
+inline uint32_t rng_key_hi(uint64_t seed, uint64_t i) {
+  return uint32_t(seed >> 32) ^ (uint32_t(i >> 32) * 0x9e3779b9u);
+}
+inline uint32_t rng_hash(uint64_t seed, uint32_t key_hi, uint32_t i_lo) {
+  return mix32(mix32(i_lo ^ uint32_t(seed)) ^ key_hi);
+}
+// 24 random bits as a float in [0, 1), exact; the int32 detour lets the conversion vectorize.
+inline float rng_unit(uint32_t h) { return float(int32_t(h >> 8)) * (1.0f / 16777216.0f); }
+
 // Uniform float in [0, 1) drawn from (seed, index) alone, so a draw does not depend on which
 // thread computes it or in what order: results are identical for any thread count.
 inline float counter_uniform(uint64_t seed, uint64_t i) {
-  uint32_t h = mix32(uint32_t(i) ^ uint32_t(seed));
-  h = mix32(h ^ uint32_t(seed >> 32) ^ (uint32_t(i >> 32) * 0x9e3779b9u));
-  return float(h >> 8) * (1.0f / 16777216.0f);
+  return rng_unit(rng_hash(seed, rng_key_hi(seed, i), uint32_t(i)));
+}
+
+// Length of the run starting at index `first` (at most `want`) that does not cross a 2^32
+// boundary; within it rng_key_hi is constant. A multiple of 8 whenever first and want are.
+inline size_t rng_run(uint64_t first, size_t want) {
+  const uint64_t to_boundary = (uint64_t(1) << 32) - (first & 0xffffffffu);
+  return size_t(std::min<uint64_t>(want, to_boundary));
 }
 
 // |x| as an unsigned key: ordering keys orders magnitudes, and NaN keys sit above +Inf,
@@ -44,9 +66,72 @@ inline T* typed_data(HostArray& a, size_t need, const char* what) {
 
 inline bool parallel_ok(int nt, size_t n) { return nt > 1 && n > kParallelGrain; }
 
+// Elements per unit of parallel work in the bucket loops: large enough that the loop overhead
+// is nothing, small enough that a thread that starts late (the cores are shared with other
+// processes) finds the work already taken by the others instead of holding up the join.
+constexpr size_t kChunkElems = size_t(1) << 15;
+
+// Runs f(bucket index, first element, length) over every bucket, in parallel above the grain,
+// and returns the sum of what f returns (a count of non-finite inputs). Buckets are handed out
+// dynamically; results do not depend on which thread ran a bucket.
+template <class F>
+int64_t for_each_bucket(size_t n, size_t bucket, F&& f) {
+  const size_t nb = (n + bucket - 1) / bucket;
+  const int nt = num_threads();
+  const int chunk = int(std::max<size_t>(1, kChunkElems / bucket));
+  int64_t total = 0;
+#pragma omp parallel for num_threads(nt) if (parallel_ok(nt, n)) schedule(dynamic, chunk) \
+    reduction(+ : total)
+  for (ptrdiff_t b = 0; b < ptrdiff_t(nb); ++b) {
+    const size_t lo = size_t(b) * bucket;
+    total += f(size_t(b), lo, std::min(bucket, n - lo));
+  }
+  return total;
+}
+
+// Codes of BITS (1, 2 or 4) bits packed little-endian inside each byte: code j of a byte sits at
+// bits [j*BITS, j*BITS+BITS). pack_codes reads m one-byte codes (padded with zeros to a multiple
+// of 8) and writes ceil(m*BITS/8) bytes; unpack_codes is its inverse. With BMI2 each group of
+// eight codes is one pext/pdep.
+template <int BITS>
+constexpr uint64_t code_lanes() { return 0x0101010101010101ull * ((1u << BITS) - 1); }
+
+template <int BITS>
+inline void pack_codes(const uint8_t* q, size_t m, uint8_t* out) {
+  const size_t nbytes = (m * BITS + 7) / 8;
+  for (size_t g = 0; g * 8 < m; ++g) {
+    uint64_t w;
+    std::memcpy(&w, q + 8 * g, 8);
+#ifdef __BMI2__
+    const uint64_t r = _pext_u64(w, code_lanes<BITS>());
+#else
+    uint64_t r = 0;
+    for (int s = 0; s < 8; ++s) r |= ((w >> (8 * s)) & ((1u << BITS) - 1)) << (s * BITS);
+#endif
+    std::memcpy(out + g * BITS, &r, std::min<size_t>(BITS, nbytes - g * BITS));
+  }
+}
+
+template <int BITS>
+inline void unpack_codes(const uint8_t* in, size_t m, uint8_t* q) {
+  const size_t nbytes = (m * BITS + 7) / 8;
+  for (size_t g = 0; g * 8 < m; ++g) {
+    uint64_t r = 0;
+    std::memcpy(&r, in + g * BITS, std::min<size_t>(BITS, nbytes - g * BITS));
+#ifdef __BMI2__
+    const uint64_t w = _pdep_u64(r, code_lanes<BITS>());
+#else
+    uint64_t w = 0;
+    for (int s = 0; s < 8; ++s) w |= ((r >> (s * BITS)) & ((1u << BITS) - 1)) << (8 * s);
+#endif
+    std::memcpy(q + 8 * g, &w, 8);
+  }
+}
+
 void register_quantize(nb::module_& m);
 void register_sign(nb::module_& m);
 void register_topk(nb::module_& m);
 void register_sparse(nb::module_& m);
+void register_unbiased(nb::module_& m);
 
 }  // namespace compcoll
