@@ -97,34 +97,60 @@ template <int BITS>
 constexpr uint64_t code_lanes() { return 0x0101010101010101ull * ((1u << BITS) - 1); }
 
 template <int BITS>
+inline uint64_t pack8(uint64_t w) {
+#ifdef __BMI2__
+  return _pext_u64(w, code_lanes<BITS>());
+#else
+  uint64_t r = 0;
+  for (int s = 0; s < 8; ++s) r |= ((w >> (8 * s)) & ((1u << BITS) - 1)) << (s * BITS);
+  return r;
+#endif
+}
+
+template <int BITS>
+inline uint64_t unpack8(uint64_t r) {
+#ifdef __BMI2__
+  return _pdep_u64(r, code_lanes<BITS>());
+#else
+  uint64_t w = 0;
+  for (int s = 0; s < 8; ++s) w |= ((r >> (s * BITS)) & ((1u << BITS) - 1)) << (8 * s);
+  return w;
+#endif
+}
+
+// Whole groups copy a compile-time BITS bytes (one load or store); only a ragged last group
+// copies fewer.
+template <int BITS>
 inline void pack_codes(const uint8_t* q, size_t m, uint8_t* out) {
-  const size_t nbytes = (m * BITS + 7) / 8;
-  for (size_t g = 0; g * 8 < m; ++g) {
+  const size_t nbytes = (m * BITS + 7) / 8, whole = m / 8;
+  for (size_t g = 0; g < whole; ++g) {
     uint64_t w;
     std::memcpy(&w, q + 8 * g, 8);
-#ifdef __BMI2__
-    const uint64_t r = _pext_u64(w, code_lanes<BITS>());
-#else
-    uint64_t r = 0;
-    for (int s = 0; s < 8; ++s) r |= ((w >> (8 * s)) & ((1u << BITS) - 1)) << (s * BITS);
-#endif
-    std::memcpy(out + g * BITS, &r, std::min<size_t>(BITS, nbytes - g * BITS));
+    const uint64_t r = pack8<BITS>(w);
+    std::memcpy(out + g * BITS, &r, BITS);
+  }
+  if (m % 8) {
+    uint64_t w;
+    std::memcpy(&w, q + 8 * whole, 8);
+    const uint64_t r = pack8<BITS>(w);
+    std::memcpy(out + whole * BITS, &r, nbytes - whole * BITS);
   }
 }
 
 template <int BITS>
 inline void unpack_codes(const uint8_t* in, size_t m, uint8_t* q) {
-  const size_t nbytes = (m * BITS + 7) / 8;
-  for (size_t g = 0; g * 8 < m; ++g) {
+  const size_t nbytes = (m * BITS + 7) / 8, whole = m / 8;
+  for (size_t g = 0; g < whole; ++g) {
     uint64_t r = 0;
-    std::memcpy(&r, in + g * BITS, std::min<size_t>(BITS, nbytes - g * BITS));
-#ifdef __BMI2__
-    const uint64_t w = _pdep_u64(r, code_lanes<BITS>());
-#else
-    uint64_t w = 0;
-    for (int s = 0; s < 8; ++s) w |= ((r >> (s * BITS)) & ((1u << BITS) - 1)) << (8 * s);
-#endif
+    std::memcpy(&r, in + g * BITS, BITS);
+    const uint64_t w = unpack8<BITS>(r);
     std::memcpy(q + 8 * g, &w, 8);
+  }
+  if (m % 8) {
+    uint64_t r = 0;
+    std::memcpy(&r, in + whole * BITS, nbytes - whole * BITS);
+    const uint64_t w = unpack8<BITS>(r);
+    std::memcpy(q + 8 * whole, &w, 8);
   }
 }
 
