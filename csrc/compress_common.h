@@ -20,14 +20,22 @@ inline uint32_t mix32(uint32_t h) {
   return h;
 }
 
-// The counter RNG split in two: the part that depends on the index's high word is fixed over
-// any run of indices that stays below a 2^32 boundary, so the per-index part runs on 32-bit
-// lanes and vectorizes.
-inline uint32_t rng_key_hi(uint64_t seed, uint64_t i) {
-  return uint32_t(seed >> 32) ^ (uint32_t(i >> 32) * 0x9e3779b9u);
-}
-inline uint32_t rng_hash(uint64_t seed, uint32_t key_hi, uint32_t i_lo) {
-  return mix32(mix32(i_lo ^ uint32_t(seed)) ^ key_hi);
+// The counter RNG: for each seed and each 2^32 block of indices, a Weyl sequence
+// add + i * mul (mod 2^32, mul odd, so it visits every value once) through murmur3's
+// finalizer, as SplitMix does: one hash per value. The stream's constants come from the whole
+// seed and the index's high word, so they are fixed over any run of indices below a 2^32
+// boundary and the per-index part runs on 32-bit lanes and vectorizes. Different seeds get
+// different multipliers, not only shifted copies of one stream.
+struct RngStream {
+  uint32_t add, mul;  // the sequence's value at the run's first index, and its step
+};
+// The stream positioned at index i: mix32(add) is the hash of index i, and stepping add by mul
+// gives the next index's (a loop carries it as `linear(w : step)`: one vector add per step).
+inline RngStream rng_stream(uint64_t seed, uint64_t i) {
+  const uint32_t a = mix32(uint32_t(seed) ^ mix32(uint32_t(seed >> 32) ^
+                                                  (uint32_t(i >> 32) * 0x9e3779b9u)));
+  const uint32_t mul = mix32(a + 0x6a09e667u) | 1u;
+  return {a + uint32_t(i) * mul, mul};
 }
 // 24 random bits as a float in [0, 1), exact; the int32 detour lets the conversion vectorize.
 inline float rng_unit(uint32_t h) { return float(int32_t(h >> 8)) * (1.0f / 16777216.0f); }
@@ -35,11 +43,11 @@ inline float rng_unit(uint32_t h) { return float(int32_t(h >> 8)) * (1.0f / 1677
 // Uniform float in [0, 1) drawn from (seed, index) alone, so a draw does not depend on which
 // thread computes it or in what order: results are identical for any thread count.
 inline float counter_uniform(uint64_t seed, uint64_t i) {
-  return rng_unit(rng_hash(seed, rng_key_hi(seed, i), uint32_t(i)));
+  return rng_unit(mix32(rng_stream(seed, i).add));
 }
 
 // Length of the run starting at index `first` (at most `want`) that does not cross a 2^32
-// boundary; within it rng_key_hi is constant. A multiple of 8 whenever first and want are.
+// boundary; within it rng_stream is constant. A multiple of 8 whenever first and want are.
 inline size_t rng_run(uint64_t first, size_t want) {
   const uint64_t to_boundary = (uint64_t(1) << 32) - (first & 0xffffffffu);
   return size_t(std::min<uint64_t>(want, to_boundary));

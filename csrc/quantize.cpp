@@ -48,10 +48,12 @@ void bucket_codes(const float* __restrict x, int m, uint64_t first, float mn, fl
                   uint64_t seed, uint8_t* __restrict q) {
   const int32_t top = (1 << BITS) - 1;
   const int32_t top_b = float_to_ibits(float(top));
-  const uint32_t key_hi = rng_key_hi(seed, first), i_lo = uint32_t(first);
+  const RngStream rng = rng_stream(seed, first);
+  const uint32_t step = rng.mul;
+  uint32_t w = rng.add;  // the Weyl sequence, stepped by an add per value
   // Comparisons between non-negative floats are done on their bit patterns as integers: the
   // same order, and the loop vectorizes under the default -ftrapping-math.
-#pragma omp simd
+#pragma omp simd linear(w : step)
   for (int j = 0; j < m; ++j) {
     const float xv = x[j];
     // Clamped to [0, top] first (NaN -> 0 or top; such inputs are masked below), so
@@ -62,7 +64,8 @@ void bucket_codes(const float* __restrict x, int m, uint64_t first, float mn, fl
     int32_t up;
     if constexpr (STOCHASTIC) {
       // Round up with probability equal to the fractional part: E[code] = v (unbiased).
-      up = float_to_ibits(rng_unit(rng_hash(seed, key_hi, i_lo + uint32_t(j)))) < frac;
+      up = float_to_ibits(rng_unit(mix32(w))) < frac;
+      w += step;
     } else {
       up = frac >= float_to_ibits(0.5f);
     }

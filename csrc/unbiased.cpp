@@ -35,15 +35,17 @@ int64_t terngrad_encode(const float* x, size_t n, size_t bucket, uint64_t seed, 
     alignas(64) uint8_t q[kTile];
     for (size_t t = 0; t < len;) {
       const size_t m = rng_run(lo + t, std::min(kTile, len - t));
-      const uint32_t key_hi = rng_key_hi(seed, lo + t), i_lo = uint32_t(lo + t);
-      uint32_t unused = 0;
-#pragma omp simd reduction(+ : unused)
+      const RngStream rng = rng_stream(seed, lo + t);
+      const uint32_t step = rng.mul;
+      uint32_t unused = 0, w = rng.add;
+#pragma omp simd reduction(+ : unused) linear(w : step)
       for (size_t j = 0; j < m; ++j) {
         const uint32_t u = float_to_bits(xb[t + j]);
         // Sent with probability |x| / s, as s * sign(x): E[decode] = x. Both sides of the
         // comparison are non-negative, compared as integers.
         const float p = bits_to_float(finite_abs_bits(u, unused)) / safe;
-        const uint32_t keep = ibits(rng_unit(rng_hash(seed, key_hi, i_lo + uint32_t(j)))) < ibits(p);
+        const uint32_t keep = ibits(rng_unit(mix32(w))) < ibits(p);
+        w += step;
         q[j] = uint8_t(keep << (u >> 31));
       }
       std::memset(q + m, 0, (8 - m % 8) % 8);
@@ -78,18 +80,19 @@ void terngrad_decode(const uint8_t* codes, const float* scales, size_t n, size_t
 template <class T>
 void qsgd_codes(const float* __restrict x, int m, uint64_t first, float norm, int levels,
                 uint64_t seed, T* __restrict out) {
-  const uint32_t key_hi = rng_key_hi(seed, first), i_lo = uint32_t(first);
+  const RngStream rng = rng_stream(seed, first);
+  const uint32_t step = rng.mul;
   const float lv = float(levels);
-  uint32_t unused = 0;
-#pragma omp simd reduction(+ : unused)
+  uint32_t unused = 0, w = rng.add;
+#pragma omp simd reduction(+ : unused) linear(w : step)
   for (int j = 0; j < m; ++j) {
     const uint32_t u = float_to_bits(x[j]);
     const float v = bits_to_float(finite_abs_bits(u, unused)) / norm * lv;
     // v is in [0, levels] up to rounding, so truncation is floor; the clamp keeps the
     // conversion in range for the compiler, which then vectorizes the loop.
     const int32_t low = int32_t(bits_to_float(std::min(float_to_bits(v), float_to_bits(lv))));
-    const int32_t up =
-        ibits(rng_unit(rng_hash(seed, key_hi, i_lo + uint32_t(j)))) < ibits(v - float(low));
+    const int32_t up = ibits(rng_unit(mix32(w))) < ibits(v - float(low));
+    w += step;
     const int32_t q = std::min(low + up, levels), neg = int32_t(u >> 31);
     out[j] = T((q ^ -neg) + neg);  // -q for negative x, without a branch
   }

@@ -18,11 +18,13 @@ def mix32(h: np.ndarray) -> np.ndarray:
 
 
 def counter_uniform(seed: int, idx: np.ndarray) -> np.ndarray:
+    """The kernels' RNG: per 2^32 block a Weyl sequence add + i * mul through mix32."""
     idx = idx.astype(np.uint64)
     lo = (idx & np.uint64(0xFFFFFFFF)).astype(M32)
     hi = (idx >> np.uint64(32)).astype(M32)
-    h = mix32(lo ^ M32(seed & 0xFFFFFFFF))
-    h = mix32(h ^ M32(seed >> 32) ^ (hi * M32(0x9E3779B9)))
+    add = mix32(M32(seed & 0xFFFFFFFF) ^ mix32(M32(seed >> 32) ^ (hi * M32(0x9E3779B9))))
+    mul = mix32(add + M32(0x6A09E667)) | M32(1)
+    h = mix32(add + lo * mul)
     return (h >> M32(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)
 
 
