@@ -159,7 +159,8 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {r['input']} | {r['numel']} | `{r['compressor']}` | {r['threads']} | "
                      f"{r['compress_gbps']:.2f} | {r['decompress_gbps']:.2f} | {r['ratio']:.1f} | "
                      f"{r['rel_error']:.3g} |")
-    lines += ["", "## Side by side (16M float32, k = 1%)", "",
+    numel = result["side_by_side"][0]["numel"] if result["side_by_side"] else 0
+    lines += ["", f"## Side by side ({numel} float32 Gaussian values, k = 1%)", "",
               "Round trip (rt) = compress + decompress into preallocated buffers; rt/copy is the "
               "median over repeats of its time over a torch copy of the input timed in the same "
               "repeat, with the same threads.", "",
