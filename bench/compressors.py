@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-import _compcoll
 import compressors
 from compressors import kernels
 
@@ -96,7 +95,7 @@ def as_input(spec: str, x: np.ndarray) -> np.ndarray:
 def bench_compressor(spec: str, x: np.ndarray, threads: int, repeats: int) -> dict[str, Any]:
     c = compressors.get(spec)
     xi = as_input(spec, x)
-    _compcoll.set_num_threads(threads)
+    kernels.set_num_threads(threads)
     p = c.compress(xi, name="bench", step=0)
     out = np.empty_like(xi)
     tc = median_time(lambda: c.compress(xi, name="bench", step=0, out=p), repeats)
@@ -117,7 +116,7 @@ ROUNDTRIP_SPECS = ["uniform:bits=8", "uniform:bits=8,stochastic=false", "uniform
 def side_by_side(x: np.ndarray, threads: int, repeats: int) -> dict[str, Any]:
     import torch
 
-    _compcoll.set_num_threads(threads)
+    kernels.set_num_threads(threads)
     torch.set_num_threads(threads)
     n, k = x.size, x.size // 100
     xt = torch.from_numpy(x)
@@ -189,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     result: dict[str, Any] = {
         "machine": f"{platform.processor() or platform.machine()}, "
-                   f"python {sys.version.split()[0]}, openmp={_compcoll.openmp}",
+                   f"python {sys.version.split()[0]}, openmp={kernels.OPENMP}",
         "compressors": [], "side_by_side": [], "skipped": [],
         "inputs": ["gaussian: standard normal float32, seed 0"]}
     for n in args.sizes:
@@ -216,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         s = side_by_side(big, th, args.repeats)
         result["side_by_side"].append(s)
         print(json.dumps(s), flush=True)
-    _compcoll.set_num_threads(1)
+    kernels.set_num_threads(1)
     result["skipped"] = sorted(set(result["skipped"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

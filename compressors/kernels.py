@@ -6,9 +6,17 @@ import numpy as np
 
 import _compcoll
 
-__all__ = ["dequantize", "gather", "qsgd_decode", "qsgd_encode", "quantize", "scatter",
+__all__ = ["OPENMP", "dequantize", "gather", "qsgd_decode", "qsgd_encode", "quantize", "scatter",
            "select_above", "sign_pack", "sign_unpack", "terngrad_decode", "terngrad_encode",
-           "topk_indices", "topk_sampled_indices"]
+           "set_num_threads", "topk_indices", "topk_sampled_indices"]
+
+#: Whether the kernels were built with OpenMP (else every kernel runs on one thread).
+OPENMP: bool = bool(_compcoll.openmp)
+
+
+def set_num_threads(n: int) -> None:
+    """Threads each kernel may use (default 1: MPI runs one rank per core)."""
+    _compcoll.set_num_threads(n)
 
 
 def quantize(x: np.ndarray, codes: np.ndarray, mins: np.ndarray, scales: np.ndarray, bits: int,
