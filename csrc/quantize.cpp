@@ -122,13 +122,10 @@ void dequantize_all(const uint8_t* codes, const float* mins, const float* scales
     alignas(64) uint8_t q[kTile];
     for (size_t t = 0; t < len; t += kTile) {
       const size_t m = std::min(kTile, len - t);
-      const uint8_t* qt = cb + t;
-      if constexpr (BITS < 8) {
-        unpack_codes<BITS>(cb + t * BITS / 8, m, q);
-        qt = q;
-      }
+      if constexpr (BITS < 8) unpack_codes<BITS>(cb + t * BITS / 8, m, q);
+      else std::memcpy(q, cb + t, m);
 #pragma omp simd
-      for (size_t i = 0; i < m; ++i) ob[t + i] = mn + float(qt[i]) * sc;
+      for (size_t i = 0; i < m; ++i) ob[t + i] = mn + float(q[i]) * sc;
     }
     return 0;
   });
