@@ -97,6 +97,14 @@ int64_t for_each_bucket(size_t n, size_t bucket, F&& f) {
   return total;
 }
 
+// Asks for x[from, from + len) (clipped to n) to be brought into cache. Kernels that read a
+// bucket twice (its scale, then its codes) call it before the compute-bound second pass, so the
+// next bucket's memory traffic overlaps that work instead of following it.
+inline void prefetch_next_bucket(const float* x, size_t n, size_t from, size_t len) {
+  const size_t end = std::min(n, from + len);
+  for (size_t k = from; k < end; k += 64 / sizeof(float)) __builtin_prefetch(x + k);
+}
+
 // Codes of BITS (1, 2 or 4) bits packed little-endian inside each byte: code j of a byte sits at
 // bits [j*BITS, j*BITS+BITS). pack_codes reads m one-byte codes (padded with zeros to a multiple
 // of 8) and writes ceil(m*BITS/8) bytes; unpack_codes is its inverse. With BMI2 each group of

@@ -106,6 +106,7 @@ int64_t quantize_all(const float* x, size_t n, size_t bucket, uint64_t seed, boo
     mins[b] = mn;
     scales[b] = scale;
     uint8_t* out = codes + lo * BITS / 8;
+    prefetch_next_bucket(x, n, lo + len, len);
     if (stochastic) quantize_bucket<BITS, true>(x + lo, len, lo, mn, inv, seed, out);
     else quantize_bucket<BITS, false>(x + lo, len, lo, mn, inv, seed, out);
     return bad;

@@ -32,6 +32,7 @@ int64_t terngrad_encode(const float* x, size_t n, size_t bucket, uint64_t seed, 
     const float s = bits_to_float(smax);
     scales[b] = s;
     const float safe = s > 0.0f ? s : 1.0f;
+    prefetch_next_bucket(x, n, lo + len, len);
     alignas(64) uint8_t q[kTile];
     for (size_t t = 0; t < len;) {
       const size_t m = rng_run(lo + t, std::min(kTile, len - t));
@@ -112,6 +113,7 @@ int64_t qsgd_encode(const float* x, size_t n, size_t bucket, int levels, uint64_
     }
     const float norm = float(std::sqrt(sq));
     norms[b] = norm;
+    prefetch_next_bucket(x, n, lo + len, len);
     for (size_t t = 0; t < len;) {
       const size_t m = rng_run(lo + t, std::min(kTile, len - t));
       qsgd_codes(xb + t, int(m), lo + t, norm > 0.0f ? norm : 1.0f, levels, seed, codes + lo + t);
