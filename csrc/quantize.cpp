@@ -12,8 +12,6 @@
 namespace compcoll {
 namespace {
 
-constexpr size_t kTile = 256;
-
 inline int32_t float_to_ibits(float f) { int32_t b; std::memcpy(&b, &f, 4); return b; }
 inline float ibits_to_float(int32_t b) { float f; std::memcpy(&f, &b, 4); return f; }
 
@@ -116,19 +114,9 @@ int64_t quantize_all(const float* x, size_t n, size_t bucket, uint64_t seed, boo
 template <int BITS>
 void dequantize_all(const uint8_t* codes, const float* mins, const float* scales, size_t n,
                     size_t bucket, float* out) {
-  for_each_bucket(n, bucket, [&](size_t b, size_t lo, size_t len) -> int64_t {
+  decode_codes<BITS>(codes, n, bucket, out, [&](size_t b) {
     const float mn = mins[b], sc = scales[b];
-    const uint8_t* cb = codes + lo * BITS / 8;
-    float* __restrict ob = out + lo;
-    alignas(64) uint8_t q[kTile];
-    for (size_t t = 0; t < len; t += kTile) {
-      const size_t m = std::min(kTile, len - t);
-      if constexpr (BITS < 8) unpack_codes<BITS>(cb + t * BITS / 8, m, q);
-      else std::memcpy(q, cb + t, m);
-#pragma omp simd
-      for (size_t i = 0; i < m; ++i) ob[t + i] = mn + float(q[i]) * sc;
-    }
-    return 0;
+    return [mn, sc](uint32_t c) { return mn + float(c) * sc; };
   });
 }
 

@@ -10,8 +10,6 @@
 namespace compcoll {
 namespace {
 
-constexpr size_t kTile = 256;
-
 int64_t sign_pack(const float* x, size_t n, size_t bucket, uint8_t* bits, float* scales) {
   return for_each_bucket(n, bucket, [&](size_t b, size_t lo, size_t len) -> int64_t {
     const float* __restrict xb = x + lo;
@@ -39,17 +37,9 @@ int64_t sign_pack(const float* x, size_t n, size_t bucket, uint8_t* bits, float*
 }
 
 void sign_unpack(const uint8_t* bits, const float* scales, size_t n, size_t bucket, float* out) {
-  for_each_bucket(n, bucket, [&](size_t b, size_t lo, size_t len) -> int64_t {
+  decode_codes<1>(bits, n, bucket, out, [&](size_t b) {
     const uint32_t s = float_to_bits(scales[b]);
-    float* __restrict ob = out + lo;
-    alignas(64) uint8_t q[kTile];
-    for (size_t t = 0; t < len; t += kTile) {
-      const size_t m = std::min(kTile, len - t);
-      unpack_codes<1>(bits + (lo + t) / 8, m, q);
-#pragma omp simd
-      for (size_t i = 0; i < m; ++i) ob[t + i] = bits_to_float(s ^ (uint32_t(q[i]) << 31));
-    }
-    return 0;
+    return [s](uint32_t bit) { return bits_to_float(s ^ (bit << 31)); };
   });
 }
 

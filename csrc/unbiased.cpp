@@ -11,8 +11,6 @@
 namespace compcoll {
 namespace {
 
-constexpr size_t kTile = 256;
-
 inline int32_t ibits(float f) { int32_t b; std::memcpy(&b, &f, 4); return b; }
 
 // |x| with NaN/Inf replaced by 0, as bits; counts the replaced values.
@@ -59,20 +57,12 @@ int64_t terngrad_encode(const float* x, size_t n, size_t bucket, uint64_t seed, 
 
 void terngrad_decode(const uint8_t* codes, const float* scales, size_t n, size_t bucket,
                      float* out) {
-  for_each_bucket(n, bucket, [&](size_t b, size_t lo, size_t len) -> int64_t {
+  decode_codes<2>(codes, n, bucket, out, [&](size_t b) {
     const uint32_t s = float_to_bits(scales[b]);
-    float* __restrict ob = out + lo;
-    alignas(64) uint8_t q[kTile];
-    for (size_t t = 0; t < len; t += kTile) {
-      const size_t m = std::min(kTile, len - t);
-      unpack_codes<2>(codes + (lo + t) / 4, m, q);
-#pragma omp simd
-      for (size_t i = 0; i < m; ++i) {
-        const uint32_t c = q[i], sent = (c ^ (c >> 1)) & 1u;  // 1 and 2 are sent, 0 (and 3) not
-        ob[t + i] = bits_to_float((s & (0u - sent)) | ((c >> 1) << 31));
-      }
-    }
-    return 0;
+    return [s](uint32_t c) {
+      const uint32_t sent = (c ^ (c >> 1)) & 1u;  // codes 1 and 2 are sent, 0 (and 3) not
+      return bits_to_float((s & (0u - sent)) | ((c >> 1) << 31));
+    };
   });
 }
 
