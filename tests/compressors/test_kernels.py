@@ -59,6 +59,27 @@ def test_quantize_bit_exact(bits, stochastic, n, threads):
     np.testing.assert_allclose(out, expect, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+def test_quantize_buckets_of_several_tiles(bits, threads):
+    # buckets longer than the kernels' 256-value tiles, not a multiple of them, and a ragged
+    # last bucket: codes of every tile land where the oracle puts them
+    n, bucket = 10_001, 520
+    x = with_specials(gaussian(n, seed=bits))
+    nb = -(-n // bucket)
+    codes = np.empty(-(-n * bits // 8), np.uint8)
+    mins, scales = np.empty(nb, np.float32), np.empty(nb, np.float32)
+    kernels.quantize(x, codes, mins, scales, bits, bucket, 12345, True)
+    ref_codes, ref_mins, ref_scales = oracles.quantize(x, bits, bucket, 12345, True)
+    np.testing.assert_array_equal(codes, ref_codes)
+    np.testing.assert_array_equal(mins, ref_mins)
+    bits_, sc = np.empty(-(-n // 8), np.uint8), np.empty(nb, np.float32)
+    kernels.sign_pack(x, bits_, sc, bucket)
+    np.testing.assert_array_equal(bits_, oracles.sign_pack(x, bucket)[0])
+    out = np.empty(n, np.float32)
+    kernels.sign_unpack(bits_, sc, out, bucket)
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(x))
+
+
 def test_quantize_thread_count_independent():
     x = gaussian(1 << 18)
     results = []
