@@ -19,7 +19,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import halfprec, none, powersgd, qsgd, randomk, sign, terngrad, threshold, topk, uniform
+from . import (  # _openmp first: it configures the OpenMP runtime before the extension loads
+    _openmp,  # noqa: F401
+    halfprec,
+    none,
+    powersgd,
+    qsgd,
+    randomk,
+    sign,
+    terngrad,
+    threshold,
+    topk,
+    uniform,
+)
 from .arrays import ArrayInfo
 from .base import Capabilities, Compressor, available, derive_seed, get, register
 from .errors import PayloadError

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +49,13 @@ def derive_seed(seed: int, name: str, step: int) -> int:
     return int.from_bytes(h.digest(), "little")
 
 
+@functools.cache
+def _init_fields(cls: type) -> tuple[str, ...]:
+    """The configuration fields of a compressor class (looked up once: params is on the hot
+    path of every compress and decompress)."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.init)
+
+
 class Compressor:
     """Base class: ``compress(x, name=, step=) -> Payload`` and ``decompress(payload)``.
 
@@ -64,7 +72,7 @@ class Compressor:
 
     @property
     def params(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        return {name: getattr(self, name) for name in _init_fields(type(self))}
 
     def layout(self, shape: tuple[int, ...], dtype: str) -> Layout:
         """Wire buffers as name -> (dtype, length).

@@ -6,8 +6,17 @@ import numpy as np
 
 import _compcoll
 
-__all__ = ["dequantize", "gather", "quantize", "scatter", "select_above", "sign_pack",
-           "sign_unpack", "topk_indices", "topk_sampled_indices"]
+__all__ = ["OPENMP", "dequantize", "gather", "qsgd_decode", "qsgd_encode", "quantize", "scatter",
+           "select_above", "sign_pack", "sign_unpack", "terngrad_decode", "terngrad_encode",
+           "set_num_threads", "topk_indices", "topk_sampled_indices"]
+
+#: Whether the kernels were built with OpenMP (else every kernel runs on one thread).
+OPENMP: bool = bool(_compcoll.openmp)
+
+
+def set_num_threads(n: int) -> None:
+    """Threads each kernel may use (default 1: MPI runs one rank per core)."""
+    _compcoll.set_num_threads(n)
 
 
 def quantize(x: np.ndarray, codes: np.ndarray, mins: np.ndarray, scales: np.ndarray, bits: int,
@@ -28,6 +37,28 @@ def sign_pack(x: np.ndarray, bits: np.ndarray, scales: np.ndarray, bucket_size: 
 
 def sign_unpack(bits: np.ndarray, scales: np.ndarray, out: np.ndarray, bucket_size: int) -> None:
     _compcoll.sign_unpack(bits, scales, out, bucket_size)
+
+
+def terngrad_encode(x: np.ndarray, codes: np.ndarray, scales: np.ndarray, bucket_size: int,
+                    seed: int) -> int:
+    """2-bit ternary codes plus per-bucket max |x|; returns the non-finite count."""
+    return _compcoll.terngrad_encode(x, codes, scales, bucket_size, seed)
+
+
+def terngrad_decode(codes: np.ndarray, scales: np.ndarray, out: np.ndarray,
+                    bucket_size: int) -> None:
+    _compcoll.terngrad_decode(codes, scales, out, bucket_size)
+
+
+def qsgd_encode(x: np.ndarray, codes: np.ndarray, norms: np.ndarray, bucket_size: int,
+                levels: int, seed: int) -> int:
+    """Signed stochastic codes plus per-bucket L2 norms; returns the non-finite count."""
+    return _compcoll.qsgd_encode(x, codes, norms, bucket_size, levels, seed)
+
+
+def qsgd_decode(codes: np.ndarray, norms: np.ndarray, out: np.ndarray, bucket_size: int,
+                levels: int) -> None:
+    _compcoll.qsgd_decode(codes, norms, out, bucket_size, levels)
 
 
 def topk_indices(x: np.ndarray, k: int) -> np.ndarray:

@@ -14,30 +14,23 @@ from typing import Any
 
 import numpy as np
 
+from . import kernels
 from ._util import (
     check_bucket,
     check_nonfinite,
     check_range,
+    decode_dense,
     nonfinite_layout,
     numel_of,
-    restore_nonfinite,
     split_nonfinite,
 )
-from .arrays import from_f32, storage_dtype, to_f32
+from .arrays import storage_dtype, to_f32
 from .base import Capabilities, Compressor, Layout, register
 from .payload import Payload
 
 __all__ = ["QSGD"]
 
 F32 = np.dtype(np.float32)
-
-
-def _buckets(x: np.ndarray, size: int) -> np.ndarray:
-    """x zero-padded to whole buckets, one bucket per row."""
-    nb = -(-x.size // size)
-    padded = np.zeros(nb * size, x.dtype)
-    padded[:x.size] = x
-    return padded.reshape(nb, size)
 
 
 @register("qsgd")
@@ -70,27 +63,14 @@ class QSGD(Compressor):
     def _encode(self, flat: np.ndarray, dtype: str, seed: int, bufs: dict[str, np.ndarray],
                 **where: Any) -> None:
         x32 = to_f32(flat, dtype)
-        finite = np.isfinite(x32)
-        bad = int(x32.size - np.count_nonzero(finite))
-        x = np.where(finite, x32, np.float32(0)) if bad else x32
-        xb = _buckets(x, self.bucket_size)
-        # Norms in float64: squares of large float32 values would overflow.
-        norms = np.sqrt(np.einsum("ij,ij->i", xb, xb, dtype=np.float64)).astype(np.float32)
-        bufs["norms"][...] = norms
-        safe = np.where(norms > 0, norms, np.float32(1))[:, None]
-        v = (np.abs(xb) / safe * np.float32(self.levels)).reshape(-1)[:x.size]
-        low = np.floor(v)
-        u = np.random.default_rng(seed).random(x.size, dtype=np.float32)
-        q = np.minimum(low + (u < v - low), self.levels)
-        bufs["codes"][...] = np.where(np.signbit(x), -q, q)
+        bad = kernels.qsgd_encode(x32, bufs["codes"], bufs["norms"], self.bucket_size,
+                                  self.levels, seed)
         split_nonfinite(x32, flat, bad, bufs)
 
     def _decode(self, payload: Payload, out: np.ndarray) -> None:
         b = payload.buffers
-        scale = (b["norms"] / np.float32(self.levels)).repeat(self.bucket_size)[:out.size]
-        x32 = b["codes"].astype(np.float32) * scale
-        from_f32(x32, payload.dtype, out)
-        restore_nonfinite(payload, out)
+        decode_dense(payload, out, lambda x32: kernels.qsgd_decode(
+            b["codes"], b["norms"], x32, self.bucket_size, self.levels))
 
     def _check(self, payload: Payload) -> None:
         check_nonfinite(payload)

@@ -13,22 +13,22 @@ from typing import Any
 
 import numpy as np
 
+from . import kernels
 from ._util import (
     check_bucket,
     check_nonfinite,
+    decode_dense,
     nonfinite_layout,
     numel_of,
-    restore_nonfinite,
     split_nonfinite,
 )
-from .arrays import from_f32, storage_dtype, to_f32
+from .arrays import storage_dtype, to_f32
 from .base import Capabilities, Compressor, Layout, register
 from .payload import Payload
 
 __all__ = ["TernGrad"]
 
 F32 = np.dtype(np.float32)
-_SHIFTS = np.array([0, 2, 4, 6], dtype=np.uint8)
 
 
 @register("terngrad")
@@ -56,29 +56,13 @@ class TernGrad(Compressor):
     def _encode(self, flat: np.ndarray, dtype: str, seed: int, bufs: dict[str, np.ndarray],
                 **where: Any) -> None:
         x32 = to_f32(flat, dtype)
-        finite = np.isfinite(x32)
-        bad = int(x32.size - np.count_nonzero(finite))
-        x = np.where(finite, x32, np.float32(0)) if bad else x32
-        nb = bufs["scales"].size
-        padded = np.zeros(nb * self.bucket_size, F32)
-        padded[:x.size] = np.abs(x)
-        s = padded.reshape(nb, self.bucket_size).max(axis=1, initial=np.float32(0))
-        bufs["scales"][...] = s
-        safe = np.where(s > 0, s, np.float32(1)).repeat(self.bucket_size)[:x.size]
-        u = np.random.default_rng(seed).random(x.size, dtype=np.float32)
-        keep = u < np.abs(x) / safe
-        codes = np.zeros(bufs["codes"].size * 4, np.uint8)
-        codes[:x.size] = keep * np.where(np.signbit(x), np.uint8(2), np.uint8(1))
-        bufs["codes"][...] = (codes.reshape(-1, 4) << _SHIFTS).sum(axis=1, dtype=np.uint8)
+        bad = kernels.terngrad_encode(x32, bufs["codes"], bufs["scales"], self.bucket_size, seed)
         split_nonfinite(x32, flat, bad, bufs)
 
     def _decode(self, payload: Payload, out: np.ndarray) -> None:
         b = payload.buffers
-        codes = ((b["codes"][:, None] >> _SHIFTS) & 3).reshape(-1)[:out.size]
-        s = b["scales"].repeat(self.bucket_size)[:out.size]
-        x32 = np.where(codes == 1, s, np.float32(0)) - np.where(codes == 2, s, np.float32(0))
-        from_f32(x32.astype(F32, copy=False), payload.dtype, out)
-        restore_nonfinite(payload, out)
+        decode_dense(payload, out, lambda x32: kernels.terngrad_decode(
+            b["codes"], b["scales"], x32, self.bucket_size))
 
     def _check(self, payload: Payload) -> None:
         check_nonfinite(payload)

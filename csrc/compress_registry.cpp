@@ -7,5 +7,6 @@ void register_compress(nb::module_& m) {
   register_sign(m);
   register_topk(m);
   register_sparse(m);
+  register_unbiased(m);
 }
 }  // namespace compcoll

@@ -12,127 +12,112 @@
 namespace compcoll {
 namespace {
 
-constexpr size_t kTile = 256;
-
 inline int32_t float_to_ibits(float f) { int32_t b; std::memcpy(&b, &f, 4); return b; }
 inline float ibits_to_float(int32_t b) { float f; std::memcpy(&f, &b, 4); return f; }
 
+// Finite min and max of a bucket and its count of non-finite values, on integer keys that order
+// like the floats (sign-magnitude flipped to two's complement): integer min/max vectorize
+// exactly, with no NaN rules to respect.
+inline int32_t order_key(uint32_t u) { return int32_t(u ^ ((uint32_t(int32_t(u) >> 31)) >> 1)); }
+inline float key_to_float(int32_t k) { return bits_to_float(uint32_t(k) ^ (uint32_t(k >> 31) >> 1)); }
+
+uint32_t finite_range(const float* __restrict x, size_t len, float& mn, float& mx) {
+  int32_t lo = INT32_MAX, hi = INT32_MIN;
+  uint32_t bad = 0;
+#pragma omp simd reduction(min : lo) reduction(max : hi) reduction(+ : bad)
+  for (size_t i = 0; i < len; ++i) {
+    const uint32_t u = float_to_bits(x[i]);
+    const bool fin = (u & 0x7f800000u) != 0x7f800000u;
+    const int32_t k = order_key(u);
+    lo = std::min(lo, fin ? k : INT32_MAX);
+    hi = std::max(hi, fin ? k : INT32_MIN);
+    bad += fin ? 0u : 1u;
+  }
+  if (lo > hi) lo = hi = 0;  // nothing finite in the bucket: every code decodes to 0
+  mn = key_to_float(lo);
+  mx = key_to_float(hi);
+  return bad;
+}
+
+// One code per value, written as a byte into q: floor((x - mn) * inv) rounded up with probability
+// equal to the fractional part (stochastic) or at >= 0.5 (nearest); non-finite values get 0.
 template <int BITS, bool STOCHASTIC>
-void quantize_bucket(const float* x, size_t len, size_t base, float mn, float inv, uint64_t seed,
-                     uint8_t* out) {
-  constexpr int per = 8 / BITS;
-  constexpr float top = float((1 << BITS) - 1);
-  const int32_t top_b = float_to_ibits(top);
-  const uint32_t s_lo = uint32_t(seed), s_hi = uint32_t(seed >> 32);
-  alignas(64) int32_t q[kTile];
-  for (size_t t = 0; t < len; t += kTile) {
-    const size_t m = std::min(kTile, len - t);
-    const float* xt = x + t;
-    const uint64_t first = base + t;
-    if (STOCHASTIC && (first >> 32) != ((first + m - 1) >> 32)) {
-      // A tile across a 2^32 index boundary (tensors beyond 4G elements): the scalar path.
-      for (size_t j = 0; j < m; ++j) {
-        float v = ibits_to_float(std::min(std::max(float_to_ibits((xt[j] - mn) * inv), 0), top_b));
-        float f = float(int32_t(v));
-        float c = std::min(f + float(counter_uniform(seed, first + j) < v - f), top);
-        q[j] = is_finite_bits(float_to_bits(xt[j])) ? int32_t(c) : 0;
-      }
+void bucket_codes(const float* __restrict x, int m, uint64_t first, float mn, float inv,
+                  uint64_t seed, uint8_t* __restrict q) {
+  const int32_t top = (1 << BITS) - 1;
+  const int32_t top_b = float_to_ibits(float(top));
+  const RngStream rng = rng_stream(seed, first);
+  const uint32_t step = rng.mul;
+  uint32_t w = rng.add;  // the Weyl sequence, stepped by an add per value
+  // Comparisons between non-negative floats are done on their bit patterns as integers: the
+  // same order, and the loop vectorizes under the default -ftrapping-math.
+#pragma omp simd linear(w : step)
+  for (int j = 0; j < m; ++j) {
+    const float xv = x[j];
+    // Clamped to [0, top] first (NaN -> 0 or top; such inputs are masked below), so
+    // truncation is floor.
+    const float v = ibits_to_float(std::min(std::max(float_to_ibits((xv - mn) * inv), 0), top_b));
+    const int32_t fi = int32_t(v);
+    const int32_t frac = float_to_ibits(v - float(fi));
+    int32_t up;
+    if constexpr (STOCHASTIC) {
+      // Round up with probability equal to the fractional part: E[code] = v (unbiased).
+      up = float_to_ibits(rng_unit(mix32(w))) < frac;
+      w += step;
     } else {
-    // Within a tile the index's high word is constant, so the hash of (seed, index) runs on
-    // 32-bit lanes and vectorizes.
-    const uint32_t i_lo = uint32_t(first), key_hi = s_hi ^ (uint32_t(first >> 32) * 0x9e3779b9u);
-    const int mi = int(m);
-    // Every comparison below is between non-negative floats, done on their bit patterns as
-    // integers: the same order, and the loop vectorizes under the default -ftrapping-math.
-#pragma omp simd
-    for (int j = 0; j < mi; ++j) {
-      const float xv = xt[j];
-      // Clamped to [0, top] first (NaN -> 0 or top; such inputs are masked below), so
-      // truncation is floor.
-      const float v = ibits_to_float(std::min(std::max(float_to_ibits((xv - mn) * inv), 0), top_b));
-      const int32_t fi = int32_t(v);
-      const float frac = v - float(fi);
-      int32_t up;
-      if constexpr (STOCHASTIC) {
-        // Same value as counter_uniform(seed, base + t + j), written so it vectorizes.
-        const uint32_t h = mix32(mix32((i_lo + uint32_t(j)) ^ s_lo) ^ key_hi);
-        const float u = float(int32_t(h >> 8)) * (1.0f / 16777216.0f);
-        // Round up with probability equal to the fractional part: E[code] = v (unbiased).
-        up = float_to_ibits(u) < float_to_ibits(frac);
-      } else {
-        up = float_to_ibits(frac) >= float_to_ibits(0.5f);
-      }
-      const int32_t fin = (float_to_ibits(xv) & 0x7f800000) != 0x7f800000;
-      q[j] = std::min(fi + up, int32_t(top)) & -fin;
+      up = frac >= float_to_ibits(0.5f);
     }
-    }
-    uint8_t* o = out + (t / per);
+    const int32_t fin = (float_to_ibits(xv) & 0x7f800000) != 0x7f800000;
+    q[j] = uint8_t(std::min(fi + up, top) & -fin);
+  }
+}
+
+template <int BITS, bool STOCHASTIC>
+void quantize_bucket(const float* x, size_t len, uint64_t base, float mn, float inv,
+                     uint64_t seed, uint8_t* out) {
+  alignas(64) uint8_t q[kTile];
+  for (size_t t = 0; t < len;) {
+    // Tiles stop at 2^32 index boundaries so the RNG's high word is fixed in each.
+    const size_t m = rng_run(base + t, std::min(kTile, len - t));
     if constexpr (BITS == 8) {
-      for (size_t j = 0; j < m; ++j) o[j] = uint8_t(q[j]);
+      bucket_codes<8, STOCHASTIC>(x + t, int(m), base + t, mn, inv, seed, out + t);
     } else {
-      for (size_t j = 0; j < (m + per - 1) / per; ++j) {
-        uint32_t byte = 0;
-        for (int s = 0; s < per; ++s)
-          byte |= (j * per + s < m ? uint32_t(q[j * per + s]) : 0u) << (s * BITS);
-        o[j] = uint8_t(byte);
-      }
+      bucket_codes<BITS, STOCHASTIC>(x + t, int(m), base + t, mn, inv, seed, q);
+      std::memset(q + m, 0, (8 - m % 8) % 8);
+      pack_codes<BITS>(q, m, out + t * BITS / 8);
     }
+    t += m;
   }
 }
 
 template <int BITS>
 int64_t quantize_all(const float* x, size_t n, size_t bucket, uint64_t seed, bool stochastic,
                      uint8_t* codes, float* mins, float* scales) {
-  constexpr int per = 8 / BITS;
-  const size_t nb = (n + bucket - 1) / bucket;
-  int64_t nonfinite = 0;
-  int nt = num_threads();
-#pragma omp parallel for num_threads(nt) if (parallel_ok(nt, n)) schedule(static) reduction(+ : nonfinite)
-  for (ptrdiff_t b = 0; b < ptrdiff_t(nb); ++b) {
-    const size_t lo = size_t(b) * bucket, len = std::min(bucket, n - lo);
-    const float* xb = x + lo;
-    float mn = INFINITY, mx = -INFINITY;
-    int64_t bad = 0;
-#pragma omp simd reduction(min : mn) reduction(max : mx) reduction(+ : bad)
-    for (size_t i = 0; i < len; ++i) {
-      const float v = xb[i];
-      const bool fin = std::fabs(v) <= FLT_MAX;
-      mn = std::min(mn, fin ? v : INFINITY);
-      mx = std::max(mx, fin ? v : -INFINITY);
-      bad += fin ? 0 : 1;
-    }
-    if (mn > mx) mn = mx = 0.0f;  // nothing finite in the bucket: every code decodes to 0
+  return for_each_bucket(n, bucket, [&](size_t b, size_t lo, size_t len) -> int64_t {
+    float mn, mx;
+    // Range and codes in one visit of the bucket: the second pass reads it from L1.
+    const uint32_t bad = finite_range(x + lo, len, mn, mx);
     // The step is computed in double so a range near FLT_MAX does not overflow before dividing.
-    float scale = float((double(mx) - double(mn)) / double((1 << BITS) - 1));
+    const float scale = float((double(mx) - double(mn)) / double((1 << BITS) - 1));
     float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
     if (inv > FLT_MAX) inv = FLT_MAX;  // a subnormal step: keep (x - min) * inv finite
     mins[b] = mn;
     scales[b] = scale;
-    nonfinite += bad;
-    if (stochastic) quantize_bucket<BITS, true>(xb, len, lo, mn, inv, seed, codes + lo / per);
-    else quantize_bucket<BITS, false>(xb, len, lo, mn, inv, seed, codes + lo / per);
-  }
-  return nonfinite;
+    uint8_t* out = codes + lo * BITS / 8;
+    prefetch_next_bucket(x, n, lo + len, len);
+    if (stochastic) quantize_bucket<BITS, true>(x + lo, len, lo, mn, inv, seed, out);
+    else quantize_bucket<BITS, false>(x + lo, len, lo, mn, inv, seed, out);
+    return bad;
+  });
 }
 
 template <int BITS>
 void dequantize_all(const uint8_t* codes, const float* mins, const float* scales, size_t n,
                     size_t bucket, float* out) {
-  constexpr int per = 8 / BITS;
-  constexpr uint32_t mask = (1u << BITS) - 1;
-  const size_t nb = (n + bucket - 1) / bucket;
-  int nt = num_threads();
-#pragma omp parallel for num_threads(nt) if (parallel_ok(nt, n)) schedule(static)
-  for (ptrdiff_t b = 0; b < ptrdiff_t(nb); ++b) {
-    const size_t lo = size_t(b) * bucket, len = std::min(bucket, n - lo);
+  decode_codes<BITS>(codes, n, bucket, out, [&](size_t b) {
     const float mn = mins[b], sc = scales[b];
-    const uint8_t* cb = codes + lo / per;
-    float* ob = out + lo;
-    for (size_t i = 0; i < len; ++i) {
-      uint32_t c = (uint32_t(cb[i / per]) >> ((i % per) * BITS)) & mask;
-      ob[i] = mn + float(c) * sc;
-    }
-  }
+    return [mn, sc](uint32_t c) { return mn + float(c) * sc; };
+  });
 }
 
 size_t packed_bytes(size_t n, int bits) { return (n * size_t(bits) + 7) / 8; }

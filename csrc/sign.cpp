@@ -3,6 +3,7 @@
 // zeros pack as "+", so an all-zero bucket decodes to +0 * 0 = 0, never NaN.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "compress_common.h"
 
@@ -10,54 +11,36 @@ namespace compcoll {
 namespace {
 
 int64_t sign_pack(const float* x, size_t n, size_t bucket, uint8_t* bits, float* scales) {
-  const size_t nb = (n + bucket - 1) / bucket;
-  int64_t nonfinite = 0;
-  int nt = num_threads();
-#pragma omp parallel for num_threads(nt) if (parallel_ok(nt, n)) schedule(static) reduction(+ : nonfinite)
-  for (ptrdiff_t b = 0; b < ptrdiff_t(nb); ++b) {
-    const size_t lo = size_t(b) * bucket, len = std::min(bucket, n - lo);
-    const float* xb = x + lo;
-    uint8_t* ob = bits + lo / 8;
+  return for_each_bucket(n, bucket, [&](size_t b, size_t lo, size_t len) -> int64_t {
+    const float* __restrict xb = x + lo;
     float sum = 0.0f;
-    int64_t bad = 0;
-    // Masks instead of branches so the loop vectorizes (the sum's order is fixed per build).
+    uint32_t bad = 0;
+    alignas(64) uint8_t q[kTile];
+    for (size_t t = 0; t < len; t += kTile) {
+      const size_t m = std::min(kTile, len - t);
+      // Masks instead of branches so the loop vectorizes (the sum's order is fixed per build).
 #pragma omp simd reduction(+ : sum, bad)
-    for (size_t i = 0; i < len; ++i) {
-      const uint32_t u = float_to_bits(xb[i]);
-      const uint32_t fin = (u & 0x7f800000u) != 0x7f800000u;
-      sum += bits_to_float(u & 0x7fffffffu & (0u - fin));
-      bad += 1 - fin;
+      for (size_t i = 0; i < m; ++i) {
+        const uint32_t u = float_to_bits(xb[t + i]);
+        const uint32_t fin = (u & 0x7f800000u) != 0x7f800000u;
+        sum += bits_to_float(u & 0x7fffffffu & (0u - fin));
+        bad += 1 - fin;
+        q[i] = uint8_t(u >> 31);
+      }
+      std::memset(q + m, 0, (8 - m % 8) % 8);
+      pack_codes<1>(q, m, bits + (lo + t) / 8);
     }
-    size_t full = len / 8;
-    for (size_t j = 0; j < full; ++j) {
-      uint32_t byte = 0;
-      for (int s = 0; s < 8; ++s) byte |= (float_to_bits(xb[8 * j + s]) >> 31) << s;
-      ob[j] = uint8_t(byte);
-    }
-    if (len % 8) {
-      uint32_t byte = 0;
-      for (size_t s = 0; s < len % 8; ++s) byte |= (float_to_bits(xb[8 * full + s]) >> 31) << s;
-      ob[full] = uint8_t(byte);
-    }
-    size_t good = len - size_t(bad);
+    const size_t good = len - bad;
     scales[b] = good ? sum / float(good) : 0.0f;
-    nonfinite += bad;
-  }
-  return nonfinite;
+    return bad;
+  });
 }
 
 void sign_unpack(const uint8_t* bits, const float* scales, size_t n, size_t bucket, float* out) {
-  const size_t nb = (n + bucket - 1) / bucket;
-  int nt = num_threads();
-#pragma omp parallel for num_threads(nt) if (parallel_ok(nt, n)) schedule(static)
-  for (ptrdiff_t b = 0; b < ptrdiff_t(nb); ++b) {
-    const size_t lo = size_t(b) * bucket, len = std::min(bucket, n - lo);
+  decode_codes<1>(bits, n, bucket, out, [&](size_t b) {
     const uint32_t s = float_to_bits(scales[b]);
-    const uint8_t* ib = bits + lo / 8;
-    float* ob = out + lo;
-    for (size_t i = 0; i < len; ++i)
-      ob[i] = bits_to_float(s ^ ((uint32_t(ib[i / 8]) >> (i % 8) & 1u) << 31));
-  }
+    return [s](uint32_t bit) { return bits_to_float(s ^ (bit << 31)); };
+  });
 }
 
 void check_bucket(size_t bucket) {

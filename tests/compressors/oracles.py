@@ -18,11 +18,13 @@ def mix32(h: np.ndarray) -> np.ndarray:
 
 
 def counter_uniform(seed: int, idx: np.ndarray) -> np.ndarray:
+    """The kernels' RNG: per 2^32 block a Weyl sequence add + i * mul through mix32."""
     idx = idx.astype(np.uint64)
     lo = (idx & np.uint64(0xFFFFFFFF)).astype(M32)
     hi = (idx >> np.uint64(32)).astype(M32)
-    h = mix32(lo ^ M32(seed & 0xFFFFFFFF))
-    h = mix32(h ^ M32(seed >> 32) ^ (hi * M32(0x9E3779B9)))
+    add = mix32(M32(seed & 0xFFFFFFFF) ^ mix32(M32(seed >> 32) ^ (hi * M32(0x9E3779B9))))
+    mul = mix32(add + M32(0x6A09E667)) | M32(1)
+    h = mix32(add + lo * mul)
     return (h >> M32(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)
 
 
@@ -75,6 +77,36 @@ def sign_pack(x: np.ndarray, bucket: int):
         xb = xb[np.isfinite(xb)]
         scales[b] = np.abs(xb).mean(dtype=np.float64) if xb.size else 0.0
     return bits, scales
+
+
+def finite_abs(x: np.ndarray) -> np.ndarray:
+    """|x| with NaN/Inf replaced by 0 (the kernels leave them out of every scale)."""
+    return np.where(np.isfinite(x), np.abs(x), np.float32(0))
+
+
+def per_value(per_bucket: np.ndarray, bucket: int, n: int) -> np.ndarray:
+    return per_bucket.repeat(bucket)[:n]
+
+
+def terngrad(x: np.ndarray, bucket: int, seed: int):
+    n, a = x.size, finite_abs(x)
+    padded = np.zeros(-(-n // bucket) * bucket, np.float32)
+    padded[:n] = a
+    scales = padded.reshape(-1, bucket).max(axis=1, initial=np.float32(0))
+    safe = per_value(np.where(scales > 0, scales, np.float32(1)), bucket, n)
+    keep = counter_uniform(seed, np.arange(n)) < a / safe
+    codes = keep * np.where(np.signbit(x), np.uint8(2), np.uint8(1))
+    return pack(codes.astype(np.uint8), 2), scales
+
+
+def qsgd_codes(x: np.ndarray, norms: np.ndarray, bucket: int, levels: int, seed: int):
+    """The codes QSGD must send given its bucket norms (float64 sums may differ in order)."""
+    n, a = x.size, finite_abs(x)
+    safe = per_value(np.where(norms > 0, norms, np.float32(1)), bucket, n)
+    v = a / safe * np.float32(levels)
+    low = np.minimum(np.floor(v), np.float32(levels))
+    q = np.minimum(low + (counter_uniform(seed, np.arange(n)) < v - low), levels)
+    return np.where(np.signbit(x), -q, q)
 
 
 def abs_keys(x: np.ndarray) -> np.ndarray:

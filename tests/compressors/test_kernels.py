@@ -59,6 +59,27 @@ def test_quantize_bit_exact(bits, stochastic, n, threads):
     np.testing.assert_allclose(out, expect, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+def test_quantize_buckets_of_several_tiles(bits, threads):
+    # buckets longer than the kernels' 256-value tiles, not a multiple of them, and a ragged
+    # last bucket: codes of every tile land where the oracle puts them
+    n, bucket = 10_001, 520
+    x = with_specials(gaussian(n, seed=bits))
+    nb = -(-n // bucket)
+    codes = np.empty(-(-n * bits // 8), np.uint8)
+    mins, scales = np.empty(nb, np.float32), np.empty(nb, np.float32)
+    kernels.quantize(x, codes, mins, scales, bits, bucket, 12345, True)
+    ref_codes, ref_mins, ref_scales = oracles.quantize(x, bits, bucket, 12345, True)
+    np.testing.assert_array_equal(codes, ref_codes)
+    np.testing.assert_array_equal(mins, ref_mins)
+    bits_, sc = np.empty(-(-n // 8), np.uint8), np.empty(nb, np.float32)
+    kernels.sign_pack(x, bits_, sc, bucket)
+    np.testing.assert_array_equal(bits_, oracles.sign_pack(x, bucket)[0])
+    out = np.empty(n, np.float32)
+    kernels.sign_unpack(bits_, sc, out, bucket)
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(x))
+
+
 def test_quantize_thread_count_independent():
     x = gaussian(1 << 18)
     results = []
@@ -103,6 +124,56 @@ def test_sign_pack_matches_oracle(n, threads):
     kernels.sign_unpack(bits, scales, out, bucket)
     s = scales.repeat(bucket)[:n]
     np.testing.assert_array_equal(out, np.where(np.signbit(x), -s, s))
+
+
+@pytest.mark.parametrize("n", [1, 9, 1000, 200_003])
+def test_terngrad_matches_oracle(n, threads):
+    x = gaussian(n, seed=n)
+    if n > 200:
+        x = with_specials(x)
+    bucket, seed = 64, (1 << 40) + 5
+    codes = np.empty(-(-n // 4), np.uint8)
+    scales = np.empty(-(-n // bucket), np.float32)
+    bad = kernels.terngrad_encode(x, codes, scales, bucket, seed)
+    ref_codes, ref_scales = oracles.terngrad(x, bucket, seed)
+    assert bad == np.count_nonzero(~np.isfinite(x))
+    np.testing.assert_array_equal(codes, ref_codes)
+    np.testing.assert_array_equal(scales, ref_scales)
+    out = np.empty(n, np.float32)
+    kernels.terngrad_decode(codes, scales, out, bucket)
+    c = (codes.repeat(4) >> np.tile(np.arange(4, dtype=np.uint8) * 2, codes.size))[:n] & 3
+    s = oracles.per_value(scales, bucket, n)
+    np.testing.assert_array_equal(out, np.where(c == 1, s, np.float32(0)) - np.where(c == 2, s, 0))
+
+
+@pytest.mark.parametrize("levels", [1, 127, 128, 32767])
+@pytest.mark.parametrize("n", [1, 1000, 200_003])
+def test_qsgd_matches_oracle(levels, n, threads):
+    x = gaussian(n, seed=n) * 5
+    if n > 200:
+        x = with_specials(x)
+    bucket, seed = 128, 31
+    codes = np.empty(n, np.int8 if levels <= 127 else np.int16)
+    norms = np.empty(-(-n // bucket), np.float32)
+    bad = kernels.qsgd_encode(x, codes, norms, bucket, levels, seed)
+    assert bad == np.count_nonzero(~np.isfinite(x))
+    a = np.zeros(norms.size * bucket)
+    a[:n] = oracles.finite_abs(x)
+    np.testing.assert_allclose(norms, np.sqrt((a.reshape(-1, bucket) ** 2).sum(axis=1)),
+                               rtol=1e-6)
+    np.testing.assert_array_equal(codes, oracles.qsgd_codes(x, norms, bucket, levels, seed))
+    out = np.empty(n, np.float32)
+    kernels.qsgd_decode(codes, norms, out, bucket, levels)
+    step = oracles.per_value(norms / np.float32(levels), bucket, n)
+    np.testing.assert_array_equal(out, codes.astype(np.float32) * step)
+
+
+def test_qsgd_rejects_codes_of_the_wrong_width():
+    x = gaussian(64)
+    with pytest.raises(ValueError, match="qsgd_encode codes"):
+        kernels.qsgd_encode(x, np.empty(64, np.int8), np.empty(1, np.float32), 64, 300, 0)
+    with pytest.raises(ValueError, match="levels"):
+        kernels.qsgd_encode(x, np.empty(64, np.int8), np.empty(1, np.float32), 64, 0, 0)
 
 
 @pytest.mark.parametrize("n,k", [(1, 1), (10, 3), (1000, 1000), (5000, 50), (300_000, 3000),
