@@ -49,14 +49,22 @@ class ErrorFeedback:
         self.compressor, self.beta, self.gamma = compressor, float(beta), float(gamma)
         self.residuals: dict[str, np.ndarray] = {}
 
-    def compensate(self, x: Any, name: str) -> Any:
-        """gamma * x + beta * residual[name], in x's type."""
+    def compensate(self, x: Any, name: str, out: np.ndarray | None = None) -> Any:
+        """gamma * x + beta * residual[name], in x's type.
+
+        ``out``: a flat numpy array of x's (float32/float64) dtype to write the sum into,
+        reused from step to step by callers on the hot path (fresh memory costs page faults).
+        """
         wide, info = _wide(x)
         res = self.residuals.get(name)
         if self.gamma != 1.0:
             wide = wide * wide.dtype.type(self.gamma)
         if res is not None and res.size == wide.size:
-            wide = wide + (res if self.beta == 1.0 else res * res.dtype.type(self.beta))
+            if self.beta != 1.0:
+                res = res * res.dtype.type(self.beta)
+            usable = (out is not None and info.kind == "numpy" and out.dtype == wide.dtype
+                      and out.size == wide.size and not np.shares_memory(out, wide))
+            wide = np.add(wide, res, out=out.reshape(-1) if usable else None)
         return _narrow(wide, info)
 
     def update(self, name: str, compensated: Any, payload: Payload) -> None:

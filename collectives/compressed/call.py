@@ -76,10 +76,15 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
     ctx = make_ctx(c, c.next_tag(), comp, feedback, name or "buffer", step,
                    _input_view(prepared.work, dtype, shape), dtype, algorithm=algorithm,
                    sparse_algorithm=sparse_algorithm, k=k)
+    # Every scheme reads its input before writing the sum, so the sum may land in the
+    # caller's buffer directly when no rounding to a narrower dtype is needed.
+    direct = prepared.work.dtype == ctx.acc
+    ctx.out = prepared.work if direct else ctx.buffer("result", prepared.work.size)
     sent_before = c.bytes_sent
 
     def finish() -> Any:
-        _store(ctx.result, prepared.work, dtype)
+        if not direct:
+            _store(ctx.out, prepared.work, dtype)
         ops.finish(prepared.work, dtype, op, c.size)  # fp32/fp64 average: divide after
         if stats is not None:
             stats.update(ctx.stats, scheme=scheme, bytes_sent=c.bytes_sent - sent_before)

@@ -32,7 +32,9 @@ class Ctx:
     algorithm: str = "auto"  # dense algorithm for the dense scheme
     sparse_algorithm: str = "auto"
     k: int | None = None  # result size of a global top-k sparse allreduce
-    result: np.ndarray | None = None  # the sum, in acc dtype, flat
+    #: where the sum goes (flat, acc dtype): the caller's buffer itself when its dtype is the
+    #: accumulation dtype, else a reused workspace array
+    out: np.ndarray | None = None
     stats: dict[str, float] = field(default_factory=lambda: {"compress_s": 0.0,
                                                              "decompress_s": 0.0})
 
@@ -44,9 +46,19 @@ class Ctx:
         finally:
             self.stats[key] += time.perf_counter() - t0
 
+    def buffer(self, role: str, n: int, dtype: np.dtype | None = None) -> np.ndarray:
+        """A flat scratch array kept on the communicator for this tensor and role, so the
+        same memory serves every step (freshly mapped memory costs page faults: decoding
+        into it is 2-4x slower than into memory touched before)."""
+        return workspace(self.comm, (self.name, role), n, dtype or self.acc)
+
     def compensate(self, x: Any, name: str | None = None) -> Any:
         """x plus the error-feedback residual of ``name`` (x itself without feedback)."""
-        return x if self.fb is None else self.fb.compensate(x, name or self.name)
+        if self.fb is None:
+            return x
+        key = name or self.name
+        return self.fb.compensate(x, key, out=self.buffer(f"compensated:{key}",
+                                                          int(np.prod(x.shape)), self.acc))
 
     def compress(self, x: Any, name: str) -> Payload:
         with self.timed("compress_s"):
@@ -71,6 +83,16 @@ class Ctx:
     def decode_bytes_into(self, data: np.ndarray, out: np.ndarray) -> None:
         """Decode a peer's wire bytes (validated: a foreign or damaged payload raises)."""
         self.decode_into(Payload.from_bytes(memoryview(data)), out)
+
+
+def workspace(comm: Communicator, key: tuple, n: int, dtype: np.dtype) -> np.ndarray:
+    """A reusable flat array of ``n`` elements of ``dtype`` stored on ``comm`` under ``key``."""
+    store: dict = comm.__dict__.setdefault("_workspace", {})
+    buf = store.get(key)
+    if buf is None or buf.dtype != dtype or buf.size < n:
+        buf = np.empty(n, dtype)
+        store[key] = buf
+    return buf[:n]
 
 
 def to_acc(x: Any, acc: np.dtype) -> np.ndarray:

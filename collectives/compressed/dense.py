@@ -42,7 +42,7 @@ def run(ctx: Ctx) -> Steps:
         ctx.fb.update(ctx.name, xc, payload)
     buf = payload.buffers[SUMMED]
     yield from allreduce_buffer(ctx, buf, _logical(buf))
-    ctx.result = ctx.decode(payload)
+    ctx.decode_into(payload, ctx.out)
 
 
 def _power(ctx: Ctx) -> Steps:
@@ -61,4 +61,7 @@ def _power(ctx: Ctx) -> Steps:
     if ctx.fb is not None:  # this rank's own rank-r approximation is what it sent
         ctx.fb.update_sent(ctx.name, xc, (pctx.p @ q_local.T).reshape(-1))
     with ctx.timed("decompress_s"):
-        ctx.result = to_acc(comp.reconstruct(pctx, q_sum, ctx.name), ctx.acc)
+        if ctx.out.dtype == np.float32:
+            comp.reconstruct(pctx, q_sum, ctx.name, out=ctx.out)
+        else:
+            ctx.out[...] = to_acc(comp.reconstruct(pctx, q_sum, ctx.name), ctx.acc)

@@ -3,8 +3,6 @@ payloads and sums them in fp32 in rank order (so all ranks hold the same bits)."
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..algorithms.common import Steps
 from ..exchange import allgatherv
 from .common import Ctx, wire
@@ -16,10 +14,8 @@ def run(ctx: Ctx) -> Steps:
     if ctx.fb is not None:
         ctx.fb.update(ctx.name, xc, payload)
     pieces = yield from allgatherv(ctx.comm, ctx.tag, wire(payload))
-    total = np.empty(payload.numel, ctx.acc)
-    scratch = np.empty_like(total)
+    total, scratch = ctx.out, ctx.buffer("scratch", payload.numel)
     for j, data in enumerate(pieces):  # rank order on every rank: the same bits everywhere
         ctx.decode_bytes_into(data, total if j == 0 else scratch)
         if j:
             total += scratch
-    ctx.result = total

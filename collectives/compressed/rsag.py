@@ -8,8 +8,6 @@ feedback, recompresses, and the compressed chunks are allgathered and decoded by
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..algorithms.common import Steps, partition
 from ..exchange import allgatherv, alltoallv
 from .common import Ctx, wire
@@ -22,14 +20,13 @@ def run(ctx: Ctx) -> Steps:
     blocks = partition(int(flat.shape[0]), p)
     payloads = [ctx.compress(flat[a:b], f"{ctx.name}/{j}") for j, (a, b) in enumerate(blocks)]
     if ctx.fb is not None:
-        sent = np.empty(int(flat.shape[0]), ctx.acc)
+        sent = ctx.buffer("sent", int(flat.shape[0]))
         for pl, (a, b) in zip(payloads, blocks, strict=True):
             ctx.decode_into(pl, sent[a:b])
         ctx.fb.update_sent(ctx.name, xc, sent)
     got = yield from alltoallv(ctx.comm, ctx.tag, [wire(pl) for pl in payloads])
     lo, hi = blocks[r]
-    owned = np.empty(hi - lo, ctx.acc)
-    scratch = np.empty_like(owned)
+    owned, scratch = ctx.buffer("owned", hi - lo), ctx.buffer("scratch", hi - lo)
     for j, data in enumerate(got):  # rank order: the same sum however the messages arrived
         ctx.decode_bytes_into(data, owned if j == 0 else scratch)
         if j:
@@ -40,6 +37,5 @@ def run(ctx: Ctx) -> Steps:
     if ctx.fb is not None:
         ctx.fb.update(owner_key, owned_c, summed)
     pieces = yield from allgatherv(ctx.comm, ctx.tag, wire(summed))
-    ctx.result = np.empty(int(flat.shape[0]), ctx.acc)
     for data, (a, b) in zip(pieces, blocks, strict=True):
-        ctx.decode_bytes_into(data, ctx.result[a:b])
+        ctx.decode_bytes_into(data, ctx.out[a:b])

@@ -49,7 +49,6 @@ def run(ctx: Ctx) -> Steps:
             ctx.fb.update_sent(ctx.name, xc, sent)
         else:
             ctx.fb.update(ctx.name, xc, payload)
-    out = np.zeros(n, ctx.acc)
-    out[ridx] = rval
-    ctx.result = out
+    ctx.out.fill(0)
+    ctx.out[ridx] = rval
 
