@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from collectives import emulate
+from collectives.cli import main
 from collectives.commands.emulate import Cluster
 from tests.test_cli import compcoll
 
@@ -77,10 +78,10 @@ def test_bad_topologies_are_refused() -> None:
 
 
 def test_link_needs_np_and_delay_needs_link() -> None:
-    res = compcoll("bench", "allreduce", "--link", "1gbit", timeout=30)
-    assert res.returncode != 0 and "-np N with N >= 2" in res.stderr
-    res = compcoll("bench", "allreduce", "-np", "2", "--delay", "1ms", timeout=30)
-    assert res.returncode != 0 and "add --link" in res.stderr
+    with pytest.raises(SystemExit, match="-np N with N >= 2"):
+        main(["bench", "allreduce", "--link", "1gbit"])
+    with pytest.raises(SystemExit, match="add --link"):
+        main(["bench", "allreduce", "-np", "2", "--delay", "1ms"])
 
 
 def _ours() -> set[str]:
@@ -118,12 +119,38 @@ def test_delay_without_netem_fails_clearly_and_leaves_nothing() -> None:
 def test_linked_run_passes_its_check_and_a_failing_one_leaves_nothing() -> None:
     before = _ours()
     res = compcoll("bench", "allreduce", "-np", "2", "--link", "1gbit", "-b", "1K", "-e", "64K",
-                   "-f", "8", "-n", "2", "-w", "1", timeout=60)
+                   "-f", "64", "-n", "2", "-w", "1", timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "auto:" in res.stdout and "FAILED" not in res.stderr
-    assert "rate 1Gbit" in res.stderr and "Sent 0 bytes" not in res.stderr
+    assert "auto:" in res.stdout and "FAILED" not in res.stderr, res.stdout + res.stderr
+    assert "rate 1Gbit" in res.stderr and "Sent 0 bytes" not in res.stderr, res.stderr
     # a run failing inside the cluster (a corrupted result) tears it down as well
     res = compcoll("bench", "allreduce", "-np", "2", "--link", "1gbit", "-b", "1K", "-e", "1K",
-                   env={"COMPCOLL_BENCH_CORRUPT": "ring"}, timeout=60)
-    assert res.returncode != 0
-    assert _ours() == before
+                   "--algo", "ring", "-n", "1", "-w", "0", env={"COMPCOLL_BENCH_CORRUPT": "ring"},
+                   timeout=60)
+    assert res.returncode != 0, res.stdout + res.stderr
+    assert _ours() == before, (before, _ours())
+
+
+@needs_root
+def test_cleanup_removes_namespaces_of_dead_runs_only() -> None:
+    dead = "cc999999999-br"  # above any pid_max: its process cannot be alive
+    subprocess.run(["ip", "netns", "add", dead], check=True)
+    try:
+        res = compcoll("emulate", "cleanup", "--dry-run", timeout=30)
+        assert dead in res.stdout and dead in emulate.existing()
+        res = compcoll("emulate", "cleanup", timeout=30)
+        assert res.returncode == 0 and dead in res.stdout
+        assert dead not in emulate.existing()
+    finally:
+        if dead in emulate.existing():
+            subprocess.run(["ip", "netns", "delete", dead])
+
+
+def test_missing_tools_and_missing_root_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(emulate.shutil, "which", lambda tool: None if tool == "tc" else tool)
+    with pytest.raises(RuntimeError, match="need tc .iproute2"):
+        emulate.check_host()
+    monkeypatch.setattr(emulate.shutil, "which", lambda tool: tool)
+    monkeypatch.setattr(emulate.os, "geteuid", lambda: 1000)
+    with pytest.raises(RuntimeError, match="needs root"):
+        emulate.check_host()
