@@ -70,7 +70,7 @@ def plot(path: str, rows: list[dict[str, Any]], title: str,
     require_matplotlib()
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(8 if limit_GBps is None else 9.5, 5))
     for algo in dict.fromkeys(row["algo"] for row in rows):
         mine = [row for row in rows if row["algo"] == algo]
         ax.plot([r["size"] for r in mine], [r["busbw_GBps"] for r in mine], marker="o",
@@ -78,12 +78,16 @@ def plot(path: str, rows: list[dict[str, Any]], title: str,
     if limit_GBps is not None:
         ax.axhline(limit_GBps, color="black", linestyle=":",
                    label=f"link rate ({limit_GBps * 1e3:.0f} MB/s)")
+        ax.set_ylim(0, limit_GBps * 1.1)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("bus bandwidth (GB/s)")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    if limit_GBps is None:
+        ax.legend()
+    else:  # the curves fill the plot up to the link line: legend beside it
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
