@@ -3,10 +3,11 @@
 Each run trains the same model from the same weights on the same batches: DDP without a
 hook, PyTorch's ``fp16_compress_hook`` and ``powerSGD_hook``, and ``collectives.ddp`` with
 int8 + error feedback, top-k + error feedback and the automatic policy. Reported per run:
-time per step, compute time per step (forward + backward under ``no_sync``, no
-communication), the communication share 1 - compute/step, the share of our hook's
-communication hidden behind backward, bytes sent per step (ours), final loss and test
-metric (digits accuracy; bits per byte on held-out text).
+median time per step (the mean, which includes the automatic policy's profiling steps, is in
+the JSON), compute time per step (forward + backward under ``no_sync``, no communication),
+the communication share 1 - compute/step, the share of our hook's communication hidden
+behind backward, the payload each rank contributes per step (what its compressor puts on
+the wire), final loss and test metric (digits accuracy; bits per byte on held-out text).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from . import emulate as emulated
 from . import train_report as report
 from .launch import LAUNCHER_VARS, relaunch, without_np
 from .train_models import task
-from .train_runs import RUNS, init_gloo
+from .train_runs import RUNS, init_gloo, payload_bytes
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -35,6 +36,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=16, help="samples per rank per step (16)")
     p.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate (2e-3)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bucket-mb", type=float, default=0.1, help="DDP bucket_cap_mb for every "
+                   "run (0.1: these small models get several buckets, as large ones do at 25)")
     p.add_argument("--start-step", type=int, default=2, help="uncompressed steps first (2)")
     p.add_argument("--every", type=int, default=50, help="auto: re-decide every N steps")
     p.add_argument("--max-error", type=float, default=0.25, help="auto: error budget")
@@ -66,7 +69,7 @@ def _one(name: str, t: Any, args: argparse.Namespace, mpi: Any) -> dict[str, Any
 
     import collectives.ddp as cddp
 
-    model = DDP(t.make())
+    model = DDP(t.make(), bucket_cap_mb=args.bucket_mb)
     state = RUNS[name](model, args)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     losses, times = [], []
@@ -80,29 +83,31 @@ def _one(name: str, t: Any, args: argparse.Namespace, mpi: Any) -> dict[str, Any
         times.append(time.perf_counter() - t0)
         losses.append(float(loss.detach()))
     compute = []
-    for step in range(5):  # the same work without communication
+    for step in range(10):  # the same work without communication
         mpi.Barrier()
         t0 = time.perf_counter()
         with model.no_sync():
             t.loss(model, t.batch(step, mpi.rank, args.batch, args.seed)).backward()
         compute.append(time.perf_counter() - t0)
     warm = min(len(times) - 1, max(5, args.start_step + 3))
-    step_s = mpi.allreduce(float(np.mean(times[warm:])), op=_max())
+    per_step = np.empty(len(times))
+    mpi.Allreduce(np.asarray(times), per_step, op=_max())  # the slowest rank's time
     compute_s = mpi.allreduce(float(np.median(compute)), op=_max())
+    step_s = float(np.median(per_step[warm:]))
     mean_loss = np.asarray(mpi.allreduce(np.asarray(losses))) / mpi.size
     flat = torch.cat([p.detach().reshape(-1) for p in model.module.parameters()]).numpy()
     agree = len(set(mpi.allgather(hash(flat.tobytes())))) == 1
     row = {"model": t.name, "run": name, "steps": args.steps, "step_ms": step_s * 1e3,
-           "compute_ms": compute_s * 1e3, "comm_share": max(0.0, 1 - compute_s / step_s),
-           "overlap": None, "sent_kb": None, "final_loss": float(mean_loss[-10:].mean()),
-           "metric": t.evaluate(model.module), "metric_name": t.metric,
-           "parameters": int(flat.size), "ranks_agree": agree, "losses": mean_loss.tolist()}
+           "mean_ms": float(per_step[warm:].mean()) * 1e3, "compute_ms": compute_s * 1e3,
+           "comm_share": max(0.0, 1 - compute_s / step_s), "overlap": None,
+           "payload_kb": payload_bytes(name, model.module, state) / 1e3,
+           "final_loss": float(mean_loss[-10:].mean()), "metric": t.evaluate(model.module),
+           "metric_name": t.metric, "parameters": int(flat.size), "ranks_agree": agree,
+           "losses": mean_loss.tolist(), "step_times_ms": (per_step * 1e3).tolist()}
     if state is not None:
         ov = cddp.overlap(state, steps=args.steps - warm)
-        recs = [r for r in state.timeline if r["step"] >= warm and "bytes_sent" in r]
-        sent = sum(r["bytes_sent"] for r in recs) / max(1, args.steps - warm)
-        row.update(overlap=ov["overlap"], sent_kb=mpi.allreduce(sent, op=_max()) / 1e3,
-                   hook_ms=ov["hook_s"] * 1e3, exposed_ms=ov["exposed_s"] * 1e3)
+        row.update(overlap=ov["overlap"], hook_ms=ov["hook_s"] * 1e3,
+                   exposed_ms=ov["exposed_s"] * 1e3, comm_thread_ms=ov["comm_s"] * 1e3)
         if getattr(state.policy, "adaptive", False):
             row["decisions"] = state.policy.table()
             row["decision_log"] = state.policy.log
@@ -133,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     if code is not None:
         return code
     import torch
+    import torch.distributed as dist
     from mpi4py import MPI
 
     from .. import as_communicator
@@ -140,7 +146,11 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)  # ranks share the cores
     mpi = MPI.COMM_WORLD
     init_gloo(mpi, emulated.inside())
-    args.plan_cost = _plan_cost(args, as_communicator(mpi))
+    from .. import costmodel
+
+    shared = as_communicator(dist.group.WORLD)  # our hooks' communicator, fitted once here
+    costmodel.params(shared if args.comm == "gloo" else as_communicator(mpi))
+    args.plan_cost = _plan_cost(args, shared if args.comm == "gloo" else as_communicator(mpi))
     tasks = [task(m, args.seed) for m in models]
     lines = [f"# compcoll bench train: {mpi.size} ranks, torch.distributed gloo, {args.steps} "
              f"steps, batch {args.batch}/rank, our hooks over {args.comm}"
@@ -161,8 +171,6 @@ def run(args: argparse.Namespace) -> int:
     if mpi.rank == 0:
         print("\n".join(lines[2 + len(rows):]))
         _write(args, mpi, rows, lines)
-    import torch.distributed as dist
-
     dist.destroy_process_group()
     return 0 if all(r["ranks_agree"] for r in rows) else 1
 

@@ -8,7 +8,7 @@ from typing import Any
 COLUMNS = [("model", "model", 8, "{}"), ("run", "run", 9, "{}"),
            ("step_ms", "step(ms)", 9, "{:.1f}"), ("compute_ms", "compute(ms)", 11, "{:.1f}"),
            ("comm_share", "comm%", 6, "{:.0%}"), ("overlap", "overlap", 7, "{:.0%}"),
-           ("sent_kb", "sent(KB)", 9, "{:.1f}"), ("final_loss", "loss", 7, "{:.3f}"),
+           ("payload_kb", "payload(KB)", 11, "{:.1f}"), ("final_loss", "loss", 7, "{:.3f}"),
            ("metric", "metric", 8, "{:.3f}"), ("metric_name", "", 13, "{}")]
 
 

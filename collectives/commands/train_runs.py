@@ -95,3 +95,30 @@ def init_gloo(comm: Any, emulated: bool) -> None:
         os.environ["GLOO_SOCKET_IFNAME"] = emulate.RANK_IF
     dist.init_process_group("gloo", rank=comm.rank, world_size=comm.size,
                             timeout=timedelta(seconds=300))
+
+
+def payload_bytes(name: str, model: Any, state: Any) -> int:
+    """Bytes each rank contributes per step once compression is on (before the scheme's
+    own traffic): fp32 for ddp, fp16, PowerSGD's P and Q (rank 4; matrices where that is at
+    least a 2x saving, as PyTorch's min_compression_rate=2), and for ours the payload of
+    every group under the current decisions."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if state is not None:
+        total = 0
+        for _, groups in state._groups.values():
+            for g in groups:
+                size = state.compressor(g.spec).payload_nbytes(g.shape or g.numel)
+                total += 4 * g.numel if size is None else size
+        return total
+    if name == "fp16":
+        return sum(2 * p.numel() for p in params)
+    if name == "powersgd":
+        total = 0
+        for p in params:
+            n = p.shape[0] if p.dim() >= 2 else 0
+            m = p.numel() // n if n else 0
+            r = min(4, n, m)
+            small = n and (n + m) * r * 2 <= n * m
+            total += 4 * (n + m) * r if small else 4 * p.numel()
+        return total
+    return sum(4 * p.numel() for p in params)

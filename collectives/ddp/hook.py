@@ -59,9 +59,10 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
         groups = state.groups(index, params, ranges)
         policy = state.policy
         if policy.adaptive and policy.wants_profile(step):  # type: ignore[attr-defined]
-            for p, g in zip(params, grads, strict=True):
-                lay = state.layer(p, "")
-                policy.observe(step, lay, g.detach().cpu().numpy().copy())  # type: ignore
+            for j, (p, g) in enumerate(zip(params, grads, strict=True)):
+                lay = state.layer(p, f"bucket{index}/{j}")
+                policy.observe(step, lay, g.detach().cpu().numpy().copy(),  # type: ignore
+                               index)
         for g in groups:
             x = g.view(buf)
             st = {}
@@ -90,7 +91,9 @@ def _job(fut: Any, buf: Any, parts: list, record: dict, after: Any) -> Any:
 
 def _norm_observer(state: CompressionState, step: int) -> Any:
     def observe(buf: Any) -> None:
-        v = buf.detach().reshape(-1).double().cpu().numpy()
+        # numpy, not torch: a torch op on this thread would start its own OpenMP team, whose
+        # spinning threads slow every rank sharing the cores
+        v = buf.detach().reshape(-1).cpu().numpy().astype(np.float64)
         sq = float(np.dot(v, v))
         if np.isfinite(sq):  # a skipped (non-finite) step says nothing about the regime
             state.policy.observe_norm(step, sq)  # type: ignore[attr-defined]

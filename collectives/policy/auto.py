@@ -41,7 +41,7 @@ class AutoConfig:
     every: int = 100
     first: int = 2
     probe_steps: int = 2
-    window: int = 10
+    window: int = 25
     threshold: float = 0.5
     bins: int = 256
     initial: str = "none"
@@ -50,7 +50,7 @@ class AutoConfig:
     min_gain: float = 2e-6
     #: Layers smaller than this are sent uncompressed: they cannot save bandwidth worth the
     #: error (biases, norm scales), whatever a few microseconds of timing noise suggest.
-    min_numel: int = 1024
+    min_numel: int = 0
 
     def __post_init__(self) -> None:
         if not self.candidates:
@@ -104,9 +104,11 @@ class AutoPolicy(Policy):
         s = self._probe_start
         return s is not None and s <= step < s + self.config.probe_steps
 
-    def observe(self, step: int, layer: Layer, grad: np.ndarray) -> None:
-        """This rank's gradient of ``layer`` before compression (on profiling steps)."""
-        self._profiler.observe(step, layer, grad)
+    def observe(self, step: int, layer: Layer, grad: np.ndarray,
+                bucket: int | None = None) -> None:
+        """This rank's gradient of ``layer`` (in DDP bucket ``bucket``) before compression,
+        on profiling steps."""
+        self._profiler.observe(step, layer, grad, bucket)
 
     def observe_norm(self, step: int, sq_norm: float) -> None:
         """Squared norm of (part of) the averaged gradient of ``step``."""
@@ -166,8 +168,9 @@ class AutoPolicy(Policy):
                           for spec, col in zip(cands, cols, strict=True)])
             errors.append([float(w * x * x) for x in r])
             rel.append(r)
+        buckets = [self._profiler.buckets.get(lay.name, lay.name) for lay in layers]
         pick, total = plan.plan(comm.size, cands, times, errors, self.config.max_error ** 2,
-                                self.config.bins, cost)
+                                self.config.bins, cost, buckets)
         self.decisions = {lay.name: cands[c] for lay, c in zip(layers, pick, strict=True)}
         self.rows = [{"layer": lay.name, "numel": lay.numel, "kind": lay.kind,
                       "compressor": cands[c], "bytes": int(row[1:].reshape(-1, PER_CANDIDATE)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 
 import numpy as np
 
@@ -26,19 +27,24 @@ def price(p: int, layer: Layer, spec: str, col: np.ndarray, cost: costmodel.Cost
 
 
 def latency(p: int, spec: str, cost: costmodel.CostParams) -> float:
-    """The price of one collective of this compressor on an empty tensor (its latency)."""
+    """The price of one collective of this compressor on a one-element tensor (its latency;
+    an empty one would cost nothing: the algorithms skip it)."""
     comp = compressors.get(spec)
-    return min(pricing.predict_scheme(s, p, 1, 4, 0, cost, 0.0, 0.0, 1) for s in feasible(comp))
+    nbytes = comp.payload_nbytes(1) or 8
+    return min(pricing.predict_scheme(s, p, 1, 4, nbytes, cost, 0.0, 0.0, 1)
+               for s in feasible(comp))
 
 
 def plan(p: int, cands: tuple[str, ...], times: list[list[float]], errors: list[list[float]],
-         budget: float, bins: int, cost: costmodel.CostParams) -> tuple[list[int], float]:
+         budget: float, bins: int, cost: costmodel.CostParams,
+         buckets: list[Hashable]) -> tuple[list[int], float]:
     """Per-layer choice and its predicted step time, counting fusion.
 
-    Layers that share a compressor travel in one collective, so a compressor's latency is
-    paid once, not per layer. The dynamic program runs on each subset of candidates (each
-    with "none"), on latency-free layer prices; the subset's latencies are added to its
-    result and the cheapest plan wins.
+    Layers of one bucket that share a compressor travel in one collective, so a compressor's
+    latency is paid once per bucket that uses it, not per layer (``buckets[i]`` names layer
+    i's bucket). The dynamic program runs on each subset of candidates (each with "none") on
+    latency-free layer prices; the latencies of the (bucket, compressor) pairs its plan uses
+    are added, and the cheapest plan wins.
     """
     lat = [latency(p, spec, cost) for spec in cands]
     body = [[max(t - lat[c], 0.0) for c, t in enumerate(row)] for row in times]
@@ -54,7 +60,8 @@ def plan(p: int, cands: tuple[str, ...], times: list[list[float]], errors: list[
         allowed = set(sub)
         masked = [[t if c in allowed else math.inf for c, t in enumerate(row)] for row in body]
         pick = solve(masked, errors, budget, bins)
-        total = sum(body[i][c] for i, c in enumerate(pick)) + sum(lat[c] for c in set(pick))
+        pairs = {(buckets[i], c) for i, c in enumerate(pick)}
+        total = sum(body[i][c] for i, c in enumerate(pick)) + sum(lat[c] for _, c in pairs)
         if best is None or total < best[0]:
             best = (total, pick)
     assert best is not None

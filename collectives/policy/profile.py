@@ -30,9 +30,13 @@ class Profiler:
         self.comps = {s: compressors.get(s) for s in candidates}
         self.feedback = {s: compressors.ErrorFeedback(c) for s, c in self.comps.items()}
         self.layers: dict[str, Layer] = {}
+        self.buckets: dict[str, int] = {}  # layers of a bucket fuse; unknown: the layer alone
         self.stats: dict[str, np.ndarray] = {}
 
-    def observe(self, step: int, layer: Layer, grad: np.ndarray) -> None:
+    def observe(self, step: int, layer: Layer, grad: np.ndarray,
+                bucket: int | None = None) -> None:
+        if bucket is not None:
+            self.buckets[layer.name] = bucket
         g = np.ascontiguousarray(grad, dtype=np.float32).reshape(layer.shape)
         row = self.stats.get(layer.name)
         if row is None:
@@ -69,11 +73,13 @@ class Profiler:
         return [self.layers[n] for n in names], np.stack([self.stats[n] for n in names])
 
     def state_dict(self) -> dict[str, Any]:
-        return {"layers": dict(self.layers), "stats": {k: v.copy() for k, v in self.stats.items()},
+        return {"layers": dict(self.layers), "buckets": dict(self.buckets),
+                "stats": {k: v.copy() for k, v in self.stats.items()},
                 "feedback": {s: ef.state_dict() for s, ef in self.feedback.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.layers = dict(state["layers"])
+        self.buckets = dict(state["buckets"])
         self.stats = {k: np.array(v) for k, v in state["stats"].items()}
         for s, st in state["feedback"].items():
             if s in self.feedback:
