@@ -22,7 +22,7 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 PREFIX = "cc"
 RANK_IF, BRIDGE = "ccl", "ccbr"
@@ -72,7 +72,7 @@ class Topology:
     burst: int | None = None
     queue_s: float = 0.02  # tbf "latency": how long a packet may wait in the bucket's queue
     mtu: int = 1500
-    tag: str = str(os.getpid())
+    tag: str = field(default_factory=lambda: str(os.getpid()))  # the creating process
 
     def __post_init__(self) -> None:
         if self.ranks < 2:

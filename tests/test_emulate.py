@@ -84,14 +84,15 @@ def test_link_needs_np_and_delay_needs_link() -> None:
         main(["bench", "allreduce", "-np", "2", "--delay", "1ms"])
 
 
-def _ours() -> set[str]:
-    return {n for n in emulate.existing() if emulate.NAME_RE.match(n)}
+def _left_behind() -> set[str]:
+    """Namespaces left behind: ours by name, their creating process gone (a cluster another
+    process is running at the same time does not count)."""
+    return set(emulate.leftovers(emulate.existing()))
 
 
 @needs_root
 def test_cluster_builds_and_tears_down() -> None:
-    before = _ours()
-    topo = emulate.Topology(2, 1e9, tag=f"{os.getpid()}t")
+    topo = emulate.Topology(2, 1e9)  # named after this process: cleanup finds it if killed
     with Cluster(topo) as cluster:
         assert set(topo.namespaces) <= set(emulate.existing())
         out = subprocess.run(["ip", "netns", "exec", topo.ns(0), "ip", "-o", "addr"],
@@ -100,24 +101,24 @@ def test_cluster_builds_and_tears_down() -> None:
         assert "tbf" in cluster.qdisc_stats()
         cluster.close()
         cluster.close()  # idempotent
-    assert _ours() == before
+    assert not set(topo.namespaces) & set(emulate.existing())
 
 
 @needs_root
 def test_delay_without_netem_fails_clearly_and_leaves_nothing() -> None:
-    before = _ours()
+    before = _left_behind()
     res = compcoll("bench", "allreduce", "-np", "2", "--link", "1gbit", "--delay", "50us",
                    "-b", "1K", "-e", "1K", "-n", "1", "-w", "0", timeout=60)
     if res.returncode == 0:
         pytest.skip("this kernel has netem")
     assert "netem" in res.stderr and "does not have" in res.stderr, res.stderr
-    assert _ours() == before
+    assert _left_behind() == before
 
 
 @needs_root
 @pytest.mark.mpi
 def test_linked_run_passes_its_check_and_a_failing_one_leaves_nothing() -> None:
-    before = _ours()
+    before = _left_behind()
     res = compcoll("bench", "allreduce", "-np", "2", "--link", "1gbit", "-b", "1K", "-e", "64K",
                    "-f", "64", "-n", "2", "-w", "1", timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -128,7 +129,7 @@ def test_linked_run_passes_its_check_and_a_failing_one_leaves_nothing() -> None:
                    "--algo", "ring", "-n", "1", "-w", "0", env={"COMPCOLL_BENCH_CORRUPT": "ring"},
                    timeout=60)
     assert res.returncode != 0, res.stdout + res.stderr
-    assert _ours() == before, (before, _ours())
+    assert _left_behind() == before, (before, _left_behind())
 
 
 @needs_root
