@@ -19,7 +19,7 @@ from ..errors import CollectiveTimeout
 
 # Polling: spin on the engine, then yield the core, then sleep with back-off (long waits).
 _SPINS = int(os.environ.get("COMPCOLL_POLL_SPINS", 32))
-_YIELDS = int(os.environ.get("COMPCOLL_POLL_YIELDS", 20000))
+_YIELDS = int(os.environ.get("COMPCOLL_POLL_YIELDS", 2000))
 
 
 class Request(ABC):
