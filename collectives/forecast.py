@@ -75,11 +75,15 @@ def compressor_shape(spec: str, numel: int) -> int | tuple[int, int]:
 
 def price_compressor(spec: str, p: int, nbytes: int, c: CostParams, rates: CodecRates,
                      segment: int | None = None) -> dict[str, Any]:
-    """Predicted seconds of one compressed allreduce of ``nbytes`` of float32 over ``p`` ranks."""
+    """Predicted seconds of one compressed allreduce of ``nbytes`` of float32 over ``p`` ranks,
+    through the cheapest scheme the compressor can use (the prices ``scheme="auto"`` uses:
+    ``collectives.pricing``)."""
     import compressors
 
+    from . import pricing
+    from .compressed import candidates
+
     comp = compressors.get(spec)
-    caps = comp.capabilities
     numel = max(1, nbytes // 4)
     m = comp.payload_nbytes(compressor_shape(spec, numel))
     row: dict[str, Any] = {"compressor": spec, "nodes": p, "size": nbytes, "payload": m}
@@ -87,27 +91,13 @@ def price_compressor(spec: str, p: int, nbytes: int, c: CostParams, rates: Codec
         return {**row, "scheme": None, "time_s": None,
                 "note": "wire size depends on the data (no fixed payload to price)"}
     # the identity twin is the dense path itself: nothing to encode or decode
-    identity = comp.name == "none"
-    encode = 0.0 if identity else nbytes / rates.compress
-    decode = 0.0 if identity else nbytes / rates.decompress  # one dense decode
-    sparse_share = min(1.0, m / nbytes) if caps.sparse else 1.0
-    if caps.summable or caps.allreduce_steps:
-        steps = max(1, len(caps.allreduce_steps))
-        algo, t = best(p, m / steps, c, segment)
-        comm = steps * t
-        schemes = {f"allreduce:{algo}" + (f" x{steps}" if steps > 1 else ""):
-                   (comm, encode + decode)}
-    else:
-        gather = (p - 1) * c.alpha + (p - 1) * m * c.beta
-        # decode p payloads and add them: sparse ones cost in proportion to their bytes
-        codec = encode + p * sparse_share * (decode + nbytes * c.gamma)
-        schemes = {"allgather": (gather, codec)}
-        if not caps.sparse and caps.same_size_on_all_ranks:
-            rsag = 2 * (p - 1) * c.alpha + 2 * (p - 1) / p * m * c.beta
-            block = nbytes / p  # decode, add and re-encode one block per reduce-scatter step
-            recode = (p - 1) * block * (1 / rates.decompress + 1 / rates.compress + c.gamma)
-            schemes["reduce-scatter+allgather"] = (rsag, encode + recode + decode)
-    scheme = min(schemes, key=lambda s: sum(schemes[s]))
+    enc = 0.0 if comp.name == "none" else 1 / rates.compress
+    dec = 0.0 if comp.name == "none" else 1 / rates.decompress
+    # sparse payloads: (int32 index, float32 value) entries; others go by their non-zeros
+    k = m // 8 if comp.capabilities.sparse else numel
+    schemes = {s: pricing.scheme_costs(s, p, numel, 4, m, c, enc, dec, k, segment)
+               for s in candidates(comp)}
+    scheme = min(schemes, key=lambda s: (sum(schemes[s]), s))
     comm, codec = schemes[scheme]
     return {**row, "scheme": scheme, "comm_s": comm, "codec_s": codec,
             "time_s": comm + codec}

@@ -57,33 +57,43 @@ def predict_sparse(algorithm: str, p: int, n: int, k: int, c: CostParams,
     raise ValueError(f"no price for sparse algorithm {algorithm!r}")
 
 
-def best_dense(p: int, nbytes: int, c: CostParams) -> tuple[str, float]:
+def best_dense(p: int, nbytes: int, c: CostParams, segment: int | None = None
+               ) -> tuple[str, float]:
     """The fastest dense algorithm for nbytes and its predicted time."""
-    t, name = min((predict(a, p, nbytes, c), a) for a in MODELED)
+    t, name = min((predict(a, p, nbytes, c, segment), a) for a in MODELED)
     return name, t
+
+
+def scheme_costs(scheme: str, p: int, numel: int, value_bytes: int, payload_bytes: int,
+                 c: CostParams, compress_s_per_byte: float, decompress_s_per_byte: float,
+                 sparse_k: int = 0, segment: int | None = None) -> tuple[float, float]:
+    """(communication, codec) seconds of a compressed allreduce of ``numel`` elements
+    (module doc); codec = encoding, decoding and summing decoded values."""
+    n_bytes = numel * value_bytes
+    comp = compress_s_per_byte * n_bytes
+    decomp = decompress_s_per_byte * n_bytes
+    if p <= 1:
+        return 0.0, comp + decomp
+    if scheme == "dense":
+        return best_dense(p, payload_bytes, c, segment)[1], comp + decomp
+    if scheme == "reduce_scatter_allgather":
+        return (2 * (p - 1) * c.alpha + 2 * (p - 1) / p * payload_bytes * c.beta,
+                comp + comp / p + 2 * decomp + (p - 1) / p * n_bytes * c.gamma)
+    if scheme == "allgather":
+        return ((p - 1) * (c.alpha + payload_bytes * c.beta),
+                comp + p * decomp + (p - 1) * n_bytes * c.gamma)
+    if scheme == "sparse":
+        return (min(predict_sparse(a, p, numel, sparse_k, c, 4, value_bytes)
+                    for a in SPARSE_MODELED), comp + decomp)
+    raise ValueError(f"no price for scheme {scheme!r}")
 
 
 def predict_scheme(scheme: str, p: int, numel: int, value_bytes: int, payload_bytes: int,
                    c: CostParams, compress_s_per_byte: float, decompress_s_per_byte: float,
                    sparse_k: int = 0) -> float:
     """Predicted seconds of a compressed allreduce of ``numel`` elements (module doc)."""
-    n_bytes = numel * value_bytes
-    comp = compress_s_per_byte * n_bytes
-    decomp = decompress_s_per_byte * n_bytes
-    if p <= 1:
-        return comp + decomp
-    if scheme == "dense":
-        return comp + best_dense(p, payload_bytes, c)[1] + decomp
-    if scheme == "reduce_scatter_allgather":
-        return (comp + 2 * (p - 1) * c.alpha + 2 * (p - 1) / p * payload_bytes * c.beta
-                + 2 * decomp + (p - 1) / p * n_bytes * c.gamma + comp / p)
-    if scheme == "allgather":
-        return (comp + (p - 1) * (c.alpha + payload_bytes * c.beta) + p * decomp
-                + (p - 1) * n_bytes * c.gamma)
-    if scheme == "sparse":
-        return comp + min(predict_sparse(a, p, numel, sparse_k, c, 4, value_bytes)
-                          for a in SPARSE_MODELED) + decomp
-    raise ValueError(f"no price for scheme {scheme!r}")
+    return sum(scheme_costs(scheme, p, numel, value_bytes, payload_bytes, c,
+                            compress_s_per_byte, decompress_s_per_byte, sparse_k))
 
 
 def predicted_bytes(scheme: str, p: int, payload_bytes: int, entries: int = 0,

@@ -134,7 +134,8 @@ def test_model_json_picks_latency_algorithms_small_and_bandwidth_ones_large() ->
         priced = {r["compressor"]: r for r in block["compressors"]}
         assert priced["none"]["time_s"] == pytest.approx(
             block["algorithms"][block["auto"]]["time_s"])
-        assert priced["topk:ratio=0.01"]["scheme"] == "allgather"  # sparse, not summable
+        # sparse, not summable: a sparse allreduce or an allgather of payloads
+        assert priced["topk:ratio=0.01"]["scheme"] in ("allgather", "sparse")
         assert priced["fp16"]["payload"] == 128 << 20
 
 

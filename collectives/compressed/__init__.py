@@ -36,7 +36,7 @@ SCHEMES: dict[str, Callable[[Ctx], Steps]] = {
     "sparse": sparse.run,
 }
 
-__all__ = ["SCHEMES", "feasible", "resolve_compressor", "compressor_digest"]
+__all__ = ["SCHEMES", "candidates", "compressor_digest", "feasible", "resolve_compressor"]
 
 
 def resolve_compressor(compressor: Any) -> Compressor:
@@ -59,6 +59,12 @@ def feasible(comp: Compressor) -> list[str]:
         out.append("reduce_scatter_allgather")
     out += ["allgather", "sparse"]
     return out
+
+
+def candidates(comp: Compressor) -> list[str]:
+    """The schemes ``scheme="auto"`` chooses among: the feasible ones, except that the
+    identity compressor is the plain dense allreduce itself."""
+    return ["dense"] if comp.name == "none" else feasible(comp)
 
 
 def check_scheme(scheme: str, comp: Compressor) -> None:

@@ -14,7 +14,7 @@ from ..config import defaults
 from ..errors import MismatchError
 from ..progress import Handle
 from ..transport.base import Communicator
-from . import SCHEMES, check_scheme, compressor_digest, feasible, make_ctx, resolve_compressor
+from . import SCHEMES, candidates, check_scheme, compressor_digest, make_ctx, resolve_compressor
 from .select import choose
 
 
@@ -55,7 +55,7 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
     op = ops.check_op(op, dtype)
     if op not in ("sum", "avg"):
         raise ValueError(f"compressed allreduce sums (op='sum' or 'avg'), got op={op!r}")
-    schemes = feasible(comp)
+    schemes = candidates(comp)
     if defaults.validate if validate is None else validate:
         fields = {"element count": prepared.work.size, "dtype": dtype.code,
                   "op": ops.SUPPORTED_OPS.index(op),
