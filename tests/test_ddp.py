@@ -40,3 +40,29 @@ def test_state_pickles_without_process_group() -> None:
     state = cddp.CompressionState(policy="uniform:bits=4", process_group=object())
     back = pickle.loads(pickle.dumps(state))
     assert back.process_group is None and back.policy.spec.startswith("uniform:bits=4")
+
+
+def test_bench_train_smoke(tmp_path) -> None:
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "train.json"
+    cmd = [sys.executable, "-m", "collectives", "bench", "train", "-np", "2", "--steps", "12",
+           "--model", "cnn", "--runs", "ddp,int8+ef,auto", "--json", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        text, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError("bench train hung") from None
+    assert proc.returncode == 0, text[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["run"] for r in rows] == ["ddp", "int8+ef", "auto"]
+    for r in rows:
+        assert r["ranks_agree"] and r["step_ms"] > 0 and len(r["losses"]) == 12
+    assert rows[1]["payload_kb"] < rows[0]["payload_kb"] / 3  # int8 sends a quarter
+    assert rows[1]["overlap"] is not None and "total relative error" in rows[2]["decisions"]

@@ -25,7 +25,7 @@ from . import emulate as emulated
 from . import train_report as report
 from .launch import LAUNCHER_VARS, relaunch, without_np
 from .train_models import task
-from .train_runs import RUNS, init_gloo, payload_bytes
+from .train_runs import ONE_BUCKET, RUNS, init_gloo, payload_bytes
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -69,7 +69,8 @@ def _one(name: str, t: Any, args: argparse.Namespace, mpi: Any) -> dict[str, Any
 
     import collectives.ddp as cddp
 
-    model = DDP(t.make(), bucket_cap_mb=args.bucket_mb)
+    bucket_mb = ONE_BUCKET.get(name, args.bucket_mb)
+    model = DDP(t.make(), bucket_cap_mb=bucket_mb)
     state = RUNS[name](model, args)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     losses, times = [], []
@@ -97,7 +98,8 @@ def _one(name: str, t: Any, args: argparse.Namespace, mpi: Any) -> dict[str, Any
     mean_loss = np.asarray(mpi.allreduce(np.asarray(losses))) / mpi.size
     flat = torch.cat([p.detach().reshape(-1) for p in model.module.parameters()]).numpy()
     agree = len(set(mpi.allgather(hash(flat.tobytes())))) == 1
-    row = {"model": t.name, "run": name, "steps": args.steps, "step_ms": step_s * 1e3,
+    row = {"model": t.name, "run": name, "steps": args.steps, "bucket_mb": bucket_mb,
+           "step_ms": step_s * 1e3,
            "mean_ms": float(per_step[warm:].mean()) * 1e3, "compute_ms": compute_s * 1e3,
            "comm_share": max(0.0, 1 - compute_s / step_s), "overlap": None,
            "payload_kb": payload_bytes(name, model.module, state) / 1e3,
@@ -106,7 +108,8 @@ def _one(name: str, t: Any, args: argparse.Namespace, mpi: Any) -> dict[str, Any
            "losses": mean_loss.tolist(), "step_times_ms": (per_step * 1e3).tolist()}
     if state is not None:
         ov = cddp.overlap(state, steps=args.steps - warm)
-        row.update(overlap=ov["overlap"], hook_ms=ov["hook_s"] * 1e3,
+        last = [r["bucket"] for r in state.timeline if r["step"] == args.steps - 1]
+        row.update(overlap=ov["overlap"], hook_ms=ov["hook_s"] * 1e3, buckets=len(last),
                    exposed_ms=ov["exposed_s"] * 1e3, comm_thread_ms=ov["comm_s"] * 1e3)
         if getattr(state.policy, "adaptive", False):
             row["decisions"] = state.policy.table()
