@@ -83,7 +83,7 @@ class ErrorFeedback:
         np.subtract(wide, sent, out=res)  # reuses the residual's memory: no page faults
         # NaN/Inf went out with the payload (so the step can be skipped); keeping them would
         # poison every later step. One cheap reduction tells whether there are any.
-        if not np.isfinite(np.add.reduce(res, dtype=np.float64)):
+        if not np.isfinite(np.add.reduce(res)):  # an overflowing sum only costs the full test
             res[~np.isfinite(res)] = 0
         self.residuals[name] = res
 

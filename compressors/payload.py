@@ -62,6 +62,10 @@ class Payload:
 
     def to_bytes(self) -> bytes:
         """Serialize to the versioned byte format."""
+        return self.to_array().tobytes()
+
+    def to_array(self) -> np.ndarray:
+        """The same bytes as ``to_bytes`` in a uint8 array, each buffer copied once."""
         out = [MAGIC, struct.pack("<B", FORMAT_VERSION), _str8(self.compressor),
                struct.pack("<BB", _DTYPES.index(self.dtype), len(self.shape)),
                struct.pack(f"<{len(self.shape)}Q", *self.shape),
@@ -81,12 +85,23 @@ class Payload:
         for name, buf in self.buffers.items():
             dt = buf.dtype.newbyteorder("<") if buf.dtype.byteorder == ">" else buf.dtype
             out += [_str8(name), struct.pack("<BQ", _BUFFER_DTYPES.index(np.dtype(dt)), buf.size)]
-            raw.append(np.ascontiguousarray(buf, dtype=dt).tobytes())
-        return b"".join(out + raw)
+            raw.append(np.ascontiguousarray(buf, dtype=dt).reshape(-1).view(np.uint8))
+        head = b"".join(out)
+        wire = np.empty(len(head) + sum(r.size for r in raw), dtype=np.uint8)
+        wire[:len(head)] = np.frombuffer(head, dtype=np.uint8)
+        pos = len(head)
+        for r in raw:
+            wire[pos:pos + r.size] = r
+            pos += r.size
+        return wire
 
     @classmethod
-    def from_bytes(cls, data: bytes | bytearray | memoryview) -> Payload:
-        """Parse bytes made by ``to_bytes``; raise PayloadError on anything else."""
+    def from_bytes(cls, data: bytes | bytearray | memoryview, *, copy: bool = True) -> Payload:
+        """Parse bytes made by ``to_bytes``; raise PayloadError on anything else.
+
+        ``copy=False`` makes the buffers read-only views of ``data`` (no copy of the payload),
+        for a caller that decodes them before ``data`` is reused.
+        """
         r = _Reader(memoryview(data).cast("B"))
         if r.take(4) != MAGIC:
             raise PayloadError("not a compcoll payload (bad magic)")
@@ -130,7 +145,8 @@ class Payload:
             raise PayloadError(f"buffers declare {need} bytes but {r.left} follow the header")
         buffers = {}
         for name, dt, n in specs:
-            buffers[name] = np.frombuffer(r.take(dt.itemsize * n), dtype=dt).copy()
+            view = np.frombuffer(r.take(dt.itemsize * n), dtype=dt)
+            buffers[name] = view.copy() if copy else view
         return cls(compressor, _DTYPES[dcode], shape, params, buffers)
 
 

@@ -82,7 +82,14 @@ class Ctx:
 
     def decode_bytes_into(self, data: np.ndarray, out: np.ndarray) -> None:
         """Decode a peer's wire bytes (validated: a foreign or damaged payload raises)."""
-        self.decode_into(Payload.from_bytes(memoryview(data)), out)
+        self.decode_into(Payload.from_bytes(memoryview(data), copy=False), out)
+
+    def feedback_update(self, name: str, compensated: Any, payload: Payload) -> None:
+        """residual[name] = compensated - decoded payload, decoding into reused memory."""
+        if self.fb is not None:
+            sent = self.buffer(f"sent:{name}", payload.numel)
+            self.decode_into(payload, sent)
+            self.fb.update_sent(name, compensated, sent)
 
 
 def workspace(comm: Communicator, key: tuple, n: int, dtype: np.dtype) -> np.ndarray:
@@ -107,4 +114,4 @@ def to_acc(x: Any, acc: np.dtype) -> np.ndarray:
 
 def wire(payload: Payload) -> np.ndarray:
     """A payload's wire bytes as a uint8 array."""
-    return np.frombuffer(payload.to_bytes(), dtype=np.uint8)
+    return payload.to_array()

@@ -38,8 +38,7 @@ def run(ctx: Ctx) -> Steps:
         return
     xc = ctx.compensate(ctx.x)
     payload = ctx.compress(xc, ctx.name)
-    if ctx.fb is not None:
-        ctx.fb.update(ctx.name, xc, payload)
+    ctx.feedback_update(ctx.name, xc, payload)
     buf = payload.buffers[SUMMED]
     yield from allreduce_buffer(ctx, buf, _logical(buf))
     ctx.decode_into(payload, ctx.out)

@@ -11,8 +11,7 @@ from .common import Ctx, wire
 def run(ctx: Ctx) -> Steps:
     xc = ctx.compensate(ctx.x)
     payload = ctx.compress(xc, ctx.name)
-    if ctx.fb is not None:
-        ctx.fb.update(ctx.name, xc, payload)
+    ctx.feedback_update(ctx.name, xc, payload)
     pieces = yield from allgatherv(ctx.comm, ctx.tag, wire(payload))
     total, scratch = ctx.out, ctx.buffer("scratch", payload.numel)
     for j, data in enumerate(pieces):  # rank order on every rank: the same bits everywhere

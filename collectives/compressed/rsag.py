@@ -34,8 +34,7 @@ def run(ctx: Ctx) -> Steps:
     owner_key = f"{ctx.name}@owner"  # second-level feedback lives with the chunk's owner
     owned_c = ctx.compensate(owned, owner_key)
     summed = ctx.compress(owned_c, f"{ctx.name}/sum{r}")
-    if ctx.fb is not None:
-        ctx.fb.update(owner_key, owned_c, summed)
+    ctx.feedback_update(owner_key, owned_c, summed)
     pieces = yield from allgatherv(ctx.comm, ctx.tag, wire(summed))
     for data, (a, b) in zip(pieces, blocks, strict=True):
         ctx.decode_bytes_into(data, ctx.out[a:b])

@@ -48,7 +48,7 @@ def run(ctx: Ctx) -> Steps:
             sent[idx[keep]] = val[keep]
             ctx.fb.update_sent(ctx.name, xc, sent)
         else:
-            ctx.fb.update(ctx.name, xc, payload)
+            ctx.feedback_update(ctx.name, xc, payload)
     ctx.out.fill(0)
     ctx.out[ridx] = rval
 
