@@ -146,7 +146,13 @@ def run(args: argparse.Namespace) -> int:
 
     from .. import as_communicator
 
-    torch.set_num_threads(1)  # ranks share the cores
+    torch.set_num_threads(1)  # ranks share the cores: one thread each, no spinning teams
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)  # OpenBLAS/OpenMP of numpy and the extension, on every thread
+    except ImportError:
+        pass
     mpi = MPI.COMM_WORLD
     init_gloo(mpi, emulated.inside())
     from .. import costmodel

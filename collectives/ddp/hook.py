@@ -91,10 +91,10 @@ def _job(fut: Any, buf: Any, parts: list, record: dict, after: Any) -> Any:
 
 def _norm_observer(state: CompressionState, step: int) -> Any:
     def observe(buf: Any) -> None:
-        # numpy, not torch: a torch op on this thread would start its own OpenMP team, whose
-        # spinning threads slow every rank sharing the cores
+        # numpy ufuncs, not torch or BLAS: a torch op or np.dot on this thread would start an
+        # OpenMP/OpenBLAS thread team whose spinning threads slow every rank sharing the cores
         v = buf.detach().reshape(-1).cpu().numpy().astype(np.float64)
-        sq = float(np.dot(v, v))
+        sq = float(np.square(v).sum())
         if np.isfinite(sq):  # a skipped (non-finite) step says nothing about the regime
             state.policy.observe_norm(step, sq)  # type: ignore[attr-defined]
     return observe

@@ -44,7 +44,7 @@ class Profiler:
             row[1:].reshape(-1, PER_CANDIDATE)[:, 2:4] = np.inf
             self.layers[layer.name], self.stats[layer.name] = layer, row
         flat = g.reshape(-1).astype(np.float64)
-        row[0] += flat @ flat
+        row[0] += np.square(flat).sum()  # ufuncs: no BLAS thread team
         cols = row[1:].reshape(-1, PER_CANDIDATE)
         for c, spec in enumerate(self.candidates):
             comp, ef = self.comps[spec], self.feedback[spec]
@@ -59,8 +59,8 @@ class Profiler:
             ef.update_sent(layer.name, x, y)
             d = (np.asarray(x, np.float64) - np.asarray(y, np.float64)).reshape(-1)
             xs = np.asarray(x, np.float64).reshape(-1)
-            cols[c, 0] += d @ d if np.isfinite(d).all() else 0.0
-            cols[c, 1] += xs @ xs if np.isfinite(xs).all() else 0.0
+            cols[c, 0] += np.square(d).sum() if np.isfinite(d).all() else 0.0
+            cols[c, 1] += np.square(xs).sum() if np.isfinite(xs).all() else 0.0
             cols[c, 2] = min(cols[c, 2], tc)
             cols[c, 3] = min(cols[c, 3], td)
             cols[c, 4] = max(cols[c, 4], payload.nbytes)
