@@ -48,8 +48,14 @@ class Group:
         if self.contiguous:
             return
         flat, at = x.reshape(-1), 0
+        host = buf.device.type == "cpu" and str(buf.dtype) != "torch.bfloat16"
+        if host:  # numpy on the worker thread: a torch copy there may start an OpenMP team
+            buf, flat = buf.detach().numpy(), flat.detach().numpy()
         for a, b in self.ranges:
-            buf[a:b].copy_(flat[at:at + b - a])
+            if host:
+                buf[a:b] = flat[at:at + b - a]
+            else:
+                buf[a:b].copy_(flat[at:at + b - a])
             at += b - a
 
 

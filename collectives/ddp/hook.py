@@ -12,6 +12,7 @@ import torch.distributed as dist
 from .. import api
 from . import groups as grouping
 from .state import CompressionState
+from .worker import Job
 
 
 def compression_hook(state: CompressionState, bucket: dist.GradBucket
@@ -66,27 +67,27 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
         for g in groups:
             x = g.view(buf)
             st = {}
-            plain = g.spec == "none"  # the identity twin: the engine's allreduce, dense
-            algo = state.plain_algorithm() if plain else state.algorithm
-            h = api.iallreduce(x, op="sum", comm=comm, out=x, compressor=state.compressor(g.spec),
-                               feedback=state.feedback(g.spec), name=g.name, step=step,
-                               scheme="dense" if plain else state.scheme, algorithm=algo,
-                               timeout=state.timeout, stats=st,
-                               validate=state.validate_once(g.name, g.spec, g.numel))
+            fb, check = state.feedback(g.spec), state.validate_once(g.name, g.spec, g.numel)
+            plain = g.spec == "none"  # the identity twin: the engine's own allreduce
+            if plain and (fb is None or g.name not in fb.residuals):
+                h = api.iallreduce(x, op="sum", comm=comm, out=x, timeout=state.timeout,
+                                   algorithm=state.plain_algorithm(), validate=check)
+            else:
+                algo = state.plain_algorithm() if plain else state.algorithm
+                h = api.iallreduce(x, op="sum", comm=comm, out=x, name=g.name, step=step,
+                                   compressor=state.compressor(g.spec), feedback=fb,
+                                   scheme="dense" if plain else state.scheme, algorithm=algo,
+                                   timeout=state.timeout, stats=st, validate=check)
+                if plain and fb is not None:  # a residual moved here went out in full
+                    fb.residuals.pop(g.name, None)
             parts.append((g, x, h, st))
         record["groups"] = [(g.name, g.spec, [m for m, _ in g.members]) for g in groups]
     record["launched"] = time.perf_counter()
     state.timeline.append(record)
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     after = _norm_observer(state, step) if state.policy.adaptive else None
-    state._worker.submit(_job(fut, buf, parts, record, after))
+    state._worker.submit(Job(fut, buf, parts, record, after))
     return fut
-
-
-def _job(fut: Any, buf: Any, parts: list, record: dict, after: Any) -> Any:
-    from .worker import Job
-
-    return Job(fut, buf, parts, record, after)
 
 
 def _norm_observer(state: CompressionState, step: int) -> Any:
