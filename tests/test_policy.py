@@ -130,3 +130,17 @@ def test_auto_config_is_validated() -> None:
                           ({"every": 0}, "every"), ({"candidates": ("zip",)}, "zip")):
         with pytest.raises(ValueError, match=words):
             AutoPolicy(**kwargs)
+
+
+def test_plan_pays_one_latency_per_bucket_and_compressor() -> None:
+    from collectives.policy import plan
+
+    cands = ("none", "fp16")
+    lat = [plan.latency(4, "none", SLOW), plan.latency(4, "fp16", SLOW)]
+    body = [[1e-3, 0.5e-3], [1e-6, 2e-6]]  # a big layer and a tiny one
+    times = [[b + lat[c] for c, b in enumerate(row)] for row in body]
+    errors = [[0.0, 1e-4], [0.0, 1e-4]]
+    fused, _ = plan.plan(4, cands, times, errors, 0.01, 64, SLOW, ["b0", "b0"])
+    apart, _ = plan.plan(4, cands, times, errors, 0.01, 64, SLOW, ["b0", "b1"])
+    assert fused == [1, 1]  # the tiny layer rides in the big one's collective
+    assert apart == [1, 0]  # alone, it is cheaper uncompressed

@@ -42,24 +42,23 @@ def plan(p: int, cands: tuple[str, ...], times: list[list[float]], errors: list[
 
     Layers of one bucket that share a compressor travel in one collective, so a compressor's
     latency is paid once per bucket that uses it, not per layer (``buckets[i]`` names layer
-    i's bucket). The dynamic program runs on each subset of candidates (each with "none") on
-    latency-free layer prices; the latencies of the (bucket, compressor) pairs its plan uses
-    are added, and the cheapest plan wins.
+    i's bucket). The dynamic program runs on each subset of candidates on latency-free layer
+    prices; the latencies of the (bucket, compressor) pairs its plan uses are added, and the
+    cheapest plan wins.
     """
     lat = [latency(p, spec, cost) for spec in cands]
     body = [[max(t - lat[c], 0.0) for c, t in enumerate(row)] for row in times]
-    none = cands.index("none")
-    others = [c for c in range(len(cands)) if c != none]
-    if len(others) <= 7:
-        subsets = [[none, *(c for j, c in enumerate(others) if mask >> j & 1)]
-                   for mask in range(1 << len(others))]
-    else:
-        subsets = [list(range(len(cands)))]
+    n = len(cands)
+    subsets = [[c for c in range(n) if mask >> c & 1] for mask in range(1, 1 << n)] \
+        if n <= 8 else [list(range(n))]
     best: tuple[float, list[int]] | None = None
     for sub in subsets:
         allowed = set(sub)
         masked = [[t if c in allowed else math.inf for c, t in enumerate(row)] for row in body]
-        pick = solve(masked, errors, budget, bins)
+        try:
+            pick = solve(masked, errors, budget, bins)
+        except ValueError:  # this subset cannot meet the budget (the one of "none" can)
+            continue
         pairs = {(buckets[i], c) for i, c in enumerate(pick)}
         total = sum(body[i][c] for i, c in enumerate(pick)) + sum(lat[c] for _, c in pairs)
         if best is None or total < best[0]:
