@@ -43,6 +43,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-error", type=float, default=0.25, help="auto: error budget")
     p.add_argument("--plan-link", metavar="RATE", help="auto: price communication for a "
                    "RATE link (e.g. 1gbit) instead of the fitted one")
+    p.add_argument("--scheme", default="auto", help="our hook's scheme for compressed groups "
+                   "(auto, dense, reduce_scatter_allgather, allgather, sparse)")
     p.add_argument("--comm", choices=("gloo", "mpi"), default="gloo",
                    help="our hook's communicator: the DDP process group or MPI_COMM_WORLD")
     p.add_argument("--json", metavar="PATH")

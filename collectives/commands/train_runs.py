@@ -57,7 +57,7 @@ def _ours(policy: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
 
             comm = MPI.COMM_WORLD
         state = cddp.CompressionState(policy=policy(args), start_step=args.start_step,
-                                      comm=comm).bind(model)
+                                      comm=comm, scheme=args.scheme).bind(model)
         model.register_comm_hook(state, cddp.compression_hook)
         return state
     return register
