@@ -16,6 +16,7 @@ import argparse
 import datetime
 import socket
 import time
+import zlib
 from typing import Any
 
 import numpy as np
@@ -99,7 +100,7 @@ def _one(name: str, t: Any, args: argparse.Namespace, mpi: Any) -> dict[str, Any
     step_s = float(np.median(per_step[warm:]))
     mean_loss = np.asarray(mpi.allreduce(np.asarray(losses))) / mpi.size
     flat = torch.cat([p.detach().reshape(-1) for p in model.module.parameters()]).numpy()
-    agree = len(set(mpi.allgather(hash(flat.tobytes())))) == 1
+    agree = len(set(mpi.allgather(zlib.crc32(flat.tobytes())))) == 1  # not hash(): salted
     row = {"model": t.name, "run": name, "steps": args.steps, "bucket_mb": bucket_mb,
            "step_ms": step_s * 1e3,
            "mean_ms": float(per_step[warm:].mean()) * 1e3, "compute_ms": compute_s * 1e3,
