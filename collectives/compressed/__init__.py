@@ -63,8 +63,11 @@ def feasible(comp: Compressor) -> list[str]:
 
 def candidates(comp: Compressor) -> list[str]:
     """The schemes ``scheme="auto"`` chooses among: the feasible ones, except that the
-    identity compressor is the plain dense allreduce itself."""
-    return ["dense"] if comp.name == "none" else feasible(comp)
+    identity compressor is the plain dense allreduce itself and that a dense payload is not
+    sent by its non-zeros (possible when asked for, never a good guess)."""
+    if comp.name == "none":
+        return ["dense"]
+    return [s for s in feasible(comp) if s != "sparse" or comp.capabilities.sparse]
 
 
 def check_scheme(scheme: str, comp: Compressor) -> None:
