@@ -96,21 +96,40 @@ class Compressor:
         count = numel if isinstance(numel, int) else int(np.prod(numel))
         return None if nbytes is None or count == 0 else 8.0 * nbytes / count
 
-    def compress(self, x: Any, *, name: str, step: int = 0, out: Payload | None = None) -> Payload:
-        """Compress x; reuse ``out``'s buffers when given (no page faults on the hot path)."""
-        host, info = to_host(x)
-        flat = host.reshape(-1)
-        lay = self.layout(info.shape, info.dtype)
+    def _fixed_buffers(self, info: ArrayInfo, out: Payload | None) -> dict[str, np.ndarray]:
+        """The payload buffers whose size the layout fixes: ``out``'s where they fit."""
         bufs: dict[str, np.ndarray] = {}
-        for key, (dt, n) in lay.items():
+        for key, (dt, n) in self.layout(info.shape, info.dtype).items():
             if n is None or n < 0:
                 continue
             old = out.buffers.get(key) if out is not None else None
             ok = old is not None and old.dtype == dt and old.size == n and old.flags.writeable
             bufs[key] = old if ok else np.empty(n, dtype=dt)
+        return bufs
+
+    def compress(self, x: Any, *, name: str, step: int = 0, out: Payload | None = None) -> Payload:
+        """Compress x; reuse ``out``'s buffers when given (no page faults on the hot path)."""
+        host, info = to_host(x)
+        bufs = self._fixed_buffers(info, out)
         seed = derive_seed(getattr(self, "seed", 0), name, step)
-        self._encode(flat, info.dtype, seed, bufs, name=name, shape=info.shape)
+        self._encode(host.reshape(-1), info.dtype, seed, bufs, name=name, shape=info.shape)
         return Payload(self.name, info.dtype, info.shape, self.params, bufs, origin=info)
+
+    def compress_feedback(self, x: np.ndarray, residual: np.ndarray, residual_out: np.ndarray,
+                          *, name: str, step: int = 0) -> Payload | None:
+        """Fast path for plain error feedback: ``compress(x + residual)`` with
+        ``residual_out = x + residual - decompress(payload)`` written in the same pass.
+
+        x is a contiguous float32 numpy array, the residuals flat float32 arrays of its size;
+        the payload equals ``compress(x + residual, name=name, step=step)``. Returns None when
+        this compressor has no such kernel or the input is not finite (then ``residual_out``
+        holds nothing useful and the caller takes the general path)."""
+        return None
+
+    def decompress_add(self, payload: Payload, out: np.ndarray) -> bool:
+        """``out += decompress(payload)`` without a temporary, for a flat contiguous float32
+        ``out``; False (nothing done) where this compressor has no such kernel."""
+        return False
 
     def decompress(self, payload: Payload, out: Any = None) -> Any:
         """Decode a payload; into ``out`` when given, else a new array of the caller's type."""

@@ -48,6 +48,7 @@ class ErrorFeedback:
                 raise ValueError(f"ErrorFeedback: {key} must be a number in [0, 1e6], got {v!r}")
         self.compressor, self.beta, self.gamma = compressor, float(beta), float(gamma)
         self.residuals: dict[str, np.ndarray] = {}
+        self._spares: dict[str, np.ndarray] = {}  # second residual arrays of fused kernels
 
     def compensate(self, x: Any, name: str, out: np.ndarray | None = None) -> Any:
         """gamma * x + beta * residual[name], in x's type.
@@ -86,6 +87,33 @@ class ErrorFeedback:
         if not np.isfinite(np.add.reduce(res)):  # an overflowing sum only costs the full test
             res[~np.isfinite(res)] = 0
         self.residuals[name] = res
+
+    def fusable(self, x: Any) -> bool:
+        """Whether compressors may fold this feedback into their kernels (``compress_feedback``):
+        plain feedback (beta = gamma = 1) on a contiguous float32 numpy array."""
+        return (type(self) is ErrorFeedback and self.beta == 1.0 and self.gamma == 1.0
+                and isinstance(x, np.ndarray) and x.dtype == np.float32
+                and x.flags.c_contiguous)
+
+    def residual_pair(self, name: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """For fused kernels: the flat float32 residual of ``name`` (zeros when there is none)
+        and a spare array of the same size to write the next residual into."""
+        res = self.residuals.get(name)
+        if res is None or res.size != n or res.dtype != np.float32:
+            res = np.zeros(n, np.float32)
+            self.residuals[name] = res
+        spare = self._spares.get(name)
+        if spare is None or spare.size != n or np.shares_memory(spare, res):
+            spare = np.empty(n, np.float32)
+        return res.reshape(-1), spare
+
+    def swap_in(self, name: str, new: np.ndarray) -> None:
+        """Make ``new`` (the spare of ``residual_pair``) the residual; the old one becomes the
+        spare, so the two arrays alternate and no step allocates."""
+        old = self.residuals.get(name)
+        self.residuals[name] = new
+        if old is not None:
+            self._spares[name] = old
 
     def step(self, x: Any, name: str, step: int = 0) -> Payload:
         """compensate, compress and update in one call."""

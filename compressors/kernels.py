@@ -6,8 +6,9 @@ import numpy as np
 
 import _compcoll
 
-__all__ = ["OPENMP", "dequantize", "gather", "qsgd_decode", "qsgd_encode", "quantize", "scatter",
-           "select_above", "sign_pack", "sign_unpack", "terngrad_decode", "terngrad_encode",
+__all__ = ["OPENMP", "dequantize", "gather", "qsgd_decode", "qsgd_encode", "quantize",
+           "quantize_feedback", "scatter", "select_above", "sign_pack", "sign_unpack",
+           "terngrad_decode", "terngrad_encode",
            "set_num_threads", "topk_indices", "topk_sampled_indices"]
 
 #: Whether the kernels were built with OpenMP (else every kernel runs on one thread).
@@ -25,9 +26,19 @@ def quantize(x: np.ndarray, codes: np.ndarray, mins: np.ndarray, scales: np.ndar
     return _compcoll.quantize(x, codes, mins, scales, bits, bucket_size, seed, stochastic)
 
 
+def quantize_feedback(x: np.ndarray, residual: np.ndarray, residual_out: np.ndarray,
+                      codes: np.ndarray, mins: np.ndarray, scales: np.ndarray, bits: int,
+                      bucket_size: int, seed: int, stochastic: bool) -> int:
+    """``quantize(x + residual)`` and ``residual_out = x + residual - decoded`` in one pass;
+    returns the non-finite count of x + residual (then residual_out is not valid)."""
+    return _compcoll.quantize_feedback(x, residual, residual_out, codes, mins, scales, bits,
+                                       bucket_size, seed, stochastic)
+
+
 def dequantize(codes: np.ndarray, mins: np.ndarray, scales: np.ndarray, out: np.ndarray,
-               bits: int, bucket_size: int) -> None:
-    _compcoll.dequantize(codes, mins, scales, out, bits, bucket_size)
+               bits: int, bucket_size: int, accumulate: bool = False) -> None:
+    """out = min + code * scale per bucket; ``out +=`` that with ``accumulate``."""
+    _compcoll.dequantize(codes, mins, scales, out, bits, bucket_size, accumulate)
 
 
 def sign_pack(x: np.ndarray, bits: np.ndarray, scales: np.ndarray, bucket_size: int) -> int:

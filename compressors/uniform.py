@@ -21,6 +21,7 @@ import numpy as np
 
 from . import kernels
 from ._util import (
+    NF_IDX,
     check_bucket,
     check_nonfinite,
     decode_dense,
@@ -28,8 +29,8 @@ from ._util import (
     numel_of,
     split_nonfinite,
 )
-from .arrays import storage_dtype, to_f32
-from .base import Capabilities, Compressor, Layout, register
+from .arrays import storage_dtype, to_f32, to_host
+from .base import Capabilities, Compressor, Layout, derive_seed, register
 from .payload import Payload
 
 __all__ = ["Uniform"]
@@ -77,6 +78,31 @@ class Uniform(Compressor):
         b = payload.buffers
         decode_dense(payload, out, lambda x32: kernels.dequantize(
             b["codes"], b["mins"], b["scales"], x32, self.bits, self.bucket_size))
+
+    def compress_feedback(self, x: np.ndarray, residual: np.ndarray, residual_out: np.ndarray,
+                          *, name: str, step: int = 0) -> Payload | None:
+        if not (isinstance(x, np.ndarray) and x.dtype == F32 and x.flags.c_contiguous):
+            return None
+        host, info = to_host(x)
+        bufs = self._fixed_buffers(info, None)
+        seed = derive_seed(self.seed, name, step)
+        flat = host.reshape(-1)
+        if kernels.quantize_feedback(flat, residual, residual_out, bufs["codes"], bufs["mins"],
+                                     bufs["scales"], self.bits, self.bucket_size, seed,
+                                     self.stochastic):
+            return None  # NaN/Inf: the general path sends them exactly
+        split_nonfinite(flat, flat, 0, bufs)
+        return Payload(self.name, info.dtype, info.shape, self.params, bufs, origin=info)
+
+    def decompress_add(self, payload: Payload, out: np.ndarray) -> bool:
+        self.check(payload)
+        b = payload.buffers
+        if payload.dtype != "float32" or out.dtype != F32 or not out.flags.c_contiguous or \
+                out.size != payload.numel or b[NF_IDX].size:
+            return False
+        kernels.dequantize(b["codes"], b["mins"], b["scales"], out.reshape(-1), self.bits,
+                           self.bucket_size, accumulate=True)
+        return True
 
     def _check(self, payload: Payload) -> None:
         check_nonfinite(payload)

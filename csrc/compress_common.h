@@ -176,7 +176,9 @@ inline void unpack_codes(const uint8_t* in, size_t m, uint8_t* q) {
 // Decodes BITS-bit codes (8: one per byte) bucket by bucket into float32: with
 // decode = for_bucket(b), out[i] = decode(code i) for every value of bucket b. Codes are unpacked
 // a tile at a time into L1, and the per-value loop vectorizes once decode is inlined.
-template <int BITS, class ForBucket>
+// ACC adds the decoded values to out instead of overwriting it (a sum of payloads decoded
+// without a scratch array and a second pass).
+template <int BITS, bool ACC = false, class ForBucket>
 void decode_codes(const uint8_t* codes, size_t n, size_t bucket, float* out,
                   ForBucket&& for_bucket) {
   for_each_bucket(n, bucket, [&](size_t b, size_t lo, size_t len) -> int64_t {
@@ -190,7 +192,10 @@ void decode_codes(const uint8_t* codes, size_t n, size_t bucket, float* out,
       if constexpr (BITS < 8) unpack_codes<BITS>(codes + (lo + t) * BITS / 8, m, q);
       else std::memcpy(q, codes + lo + t, m);
 #pragma omp simd
-      for (size_t i = 0; i < m; ++i) ob[t + i] = decode(uint32_t(q[i]));
+      for (size_t i = 0; i < m; ++i) {
+        if constexpr (ACC) ob[t + i] += decode(uint32_t(q[i]));
+        else ob[t + i] = decode(uint32_t(q[i]));
+      }
     }
     return 0;
   });

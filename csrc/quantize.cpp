@@ -6,6 +6,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "compress_common.h"
 
@@ -111,10 +112,52 @@ int64_t quantize_all(const float* x, size_t n, size_t bucket, uint64_t seed, boo
   });
 }
 
+// Error feedback fused into quantization: per bucket, c = x + residual (kept in cache),
+// c is quantized exactly as quantize_all would quantize it, and residual_out = c - decoded
+// codes, so one visit of the data replaces compensate, quantize, decode and update. Returns
+// the non-finite count of c; when it is not 0, residual_out is not meaningful (callers fall
+// back to the unfused path, which carries NaN/Inf in the payload).
 template <int BITS>
+int64_t quantize_feedback_all(const float* x, const float* res, float* res_out, size_t n,
+                              size_t bucket, uint64_t seed, bool stochastic, uint8_t* codes,
+                              float* mins, float* scales) {
+  return for_each_bucket(n, bucket, [&](size_t b, size_t lo, size_t len) -> int64_t {
+    thread_local std::vector<float> work;
+    if (work.size() < len) work.resize(len);
+    float* __restrict c = work.data();
+    const float* __restrict xb = x + lo;
+    const float* __restrict rb = res + lo;
+#pragma omp simd
+    for (size_t i = 0; i < len; ++i) c[i] = xb[i] + rb[i];
+    float mn, mx;
+    const uint32_t bad = finite_range(c, len, mn, mx);
+    const float scale = float((double(mx) - double(mn)) / double((1 << BITS) - 1));
+    float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    if (inv > FLT_MAX) inv = FLT_MAX;
+    mins[b] = mn;
+    scales[b] = scale;
+    uint8_t* out = codes + lo * BITS / 8;
+    prefetch_next_bucket(x, n, lo + len, len);
+    prefetch_next_bucket(res, n, lo + len, len);
+    if (stochastic) quantize_bucket<BITS, true>(c, len, lo, mn, inv, seed, out);
+    else quantize_bucket<BITS, false>(c, len, lo, mn, inv, seed, out);
+    float* __restrict ob = res_out + lo;
+    alignas(64) uint8_t q[kTile];
+    for (size_t t = 0; t < len; t += kTile) {
+      const size_t m = std::min(kTile, len - t);
+      if constexpr (BITS < 8) unpack_codes<BITS>(out + t * BITS / 8, m, q);
+      else std::memcpy(q, out + t, m);
+#pragma omp simd
+      for (size_t i = 0; i < m; ++i) ob[t + i] = c[t + i] - (mn + float(q[i]) * scale);
+    }
+    return bad;
+  });
+}
+
+template <int BITS, bool ACC>
 void dequantize_all(const uint8_t* codes, const float* mins, const float* scales, size_t n,
                     size_t bucket, float* out) {
-  decode_codes<BITS>(codes, n, bucket, out, [&](size_t b) {
+  decode_codes<BITS, ACC>(codes, n, bucket, out, [&](size_t b) {
     const float mn = mins[b], sc = scales[b];
     return [mn, sc](uint32_t c) { return mn + float(c) * sc; };
   });
@@ -156,8 +199,34 @@ void register_quantize(nb::module_& m) {
       "Quantize float32 x per bucket to packed codes; returns the count of non-finite inputs "
       "(encoded as code 0, to be sent separately).");
   m.def(
+      "quantize_feedback",
+      [](HostArray x, HostArray res, HostArray res_out, HostArray codes, HostArray mins,
+         HostArray scales, int bits, size_t bucket, uint64_t seed, bool stochastic) {
+        check_bits_bucket(bits, bucket);
+        const float* xp = f32_data(x, "quantize_feedback");
+        size_t n = x.size(), nb = (n + bucket - 1) / bucket;
+        const float* rp = typed_data<float>(res, n, "quantize_feedback residual");
+        float* op = typed_data<float>(res_out, n, "quantize_feedback residual_out");
+        auto* cp = typed_data<uint8_t>(codes, packed_bytes(n, bits), "quantize codes");
+        auto* mp = typed_data<float>(mins, nb, "quantize mins");
+        auto* sp = typed_data<float>(scales, nb, "quantize scales");
+        nb::gil_scoped_release nogil;
+        switch (bits) {
+          case 1: return quantize_feedback_all<1>(xp, rp, op, n, bucket, seed, stochastic, cp, mp, sp);
+          case 2: return quantize_feedback_all<2>(xp, rp, op, n, bucket, seed, stochastic, cp, mp, sp);
+          case 4: return quantize_feedback_all<4>(xp, rp, op, n, bucket, seed, stochastic, cp, mp, sp);
+          default: return quantize_feedback_all<8>(xp, rp, op, n, bucket, seed, stochastic, cp, mp, sp);
+        }
+      },
+      nb::arg("x"), nb::arg("residual"), nb::arg("residual_out"), nb::arg("codes"),
+      nb::arg("mins"), nb::arg("scales"), nb::arg("bits"), nb::arg("bucket_size"),
+      nb::arg("seed"), nb::arg("stochastic"),
+      "Quantize c = x + residual as quantize(c) would, writing residual_out = c - decoded in "
+      "the same pass; returns the non-finite count of c (then residual_out is not valid).");
+  m.def(
       "dequantize",
-      [](HostArray codes, HostArray mins, HostArray scales, HostArray out, int bits, size_t bucket) {
+      [](HostArray codes, HostArray mins, HostArray scales, HostArray out, int bits, size_t bucket,
+         bool accumulate) {
         check_bits_bucket(bits, bucket);
         size_t n = out.size(), nb = (n + bucket - 1) / bucket;
         if (out.dtype() != nb::dtype<float>()) throw std::invalid_argument("dequantize: out must be float32");
@@ -167,14 +236,19 @@ void register_quantize(nb::module_& m) {
         auto* sp = typed_data<float>(scales, nb, "dequantize scales");
         nb::gil_scoped_release nogil;
         switch (bits) {
-          case 1: return dequantize_all<1>(cp, mp, sp, n, bucket, op);
-          case 2: return dequantize_all<2>(cp, mp, sp, n, bucket, op);
-          case 4: return dequantize_all<4>(cp, mp, sp, n, bucket, op);
-          default: return dequantize_all<8>(cp, mp, sp, n, bucket, op);
+          case 1: return accumulate ? dequantize_all<1, true>(cp, mp, sp, n, bucket, op)
+                                    : dequantize_all<1, false>(cp, mp, sp, n, bucket, op);
+          case 2: return accumulate ? dequantize_all<2, true>(cp, mp, sp, n, bucket, op)
+                                    : dequantize_all<2, false>(cp, mp, sp, n, bucket, op);
+          case 4: return accumulate ? dequantize_all<4, true>(cp, mp, sp, n, bucket, op)
+                                    : dequantize_all<4, false>(cp, mp, sp, n, bucket, op);
+          default: return accumulate ? dequantize_all<8, true>(cp, mp, sp, n, bucket, op)
+                                     : dequantize_all<8, false>(cp, mp, sp, n, bucket, op);
         }
       },
       nb::arg("codes"), nb::arg("mins"), nb::arg("scales"), nb::arg("out"), nb::arg("bits"),
-      nb::arg("bucket_size"), "out = min + code * scale per bucket.");
+      nb::arg("bucket_size"), nb::arg("accumulate") = false,
+      "out = min + code * scale per bucket (out += ... with accumulate=True).");
 }
 
 }  // namespace compcoll

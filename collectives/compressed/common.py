@@ -84,6 +84,59 @@ class Ctx:
         """Decode a peer's wire bytes (validated: a foreign or damaged payload raises)."""
         self.decode_into(Payload.from_bytes(memoryview(data), copy=False), out)
 
+    def compress_compensated(self, x: Any, key: str, blocks: list[tuple[int, int]] | None = None,
+                             names: list[str] | None = None) -> list[Payload]:
+        """Compensate ``x`` with the residual ``key``, compress it (each flat block under its
+        name, or x whole under ``key``) and keep what was not sent as the next residual.
+
+        Plain error feedback on float32 goes through the compressor's fused kernel where it
+        has one (one pass over the data instead of four); otherwise, and for non-finite input,
+        the general compensate / compress / decode / update path runs."""
+        fb = self.fb
+        parts = list(zip(blocks, names, strict=True)) if blocks is not None else None
+        if fb is not None and fb.fusable(x):
+            res, spare = fb.residual_pair(key, x.size)
+            flat = x.reshape(-1)
+            todo = parts or [(None, key)]
+            payloads: list[Payload] = []
+            with self.timed("compress_s"):
+                for ab, nm in todo:
+                    a, b = ab if ab is not None else (0, flat.size)
+                    pl = self.comp.compress_feedback(flat[a:b] if ab else x, res[a:b], spare[a:b],
+                                                     name=nm, step=self.step)
+                    if pl is None:
+                        break
+                    payloads.append(pl)
+            if len(payloads) == len(todo):
+                fb.swap_in(key, spare)
+                return payloads
+        xc = self.compensate(x, key)
+        if parts is None:
+            payload = self.compress(xc, key)
+            self.feedback_update(key, xc, payload)
+            return [payload]
+        flat = xc.reshape(-1)
+        payloads = [self.compress(flat[a:b], nm) for (a, b), nm in parts]
+        if fb is not None:
+            sent = self.buffer(f"sent:{key}", int(flat.shape[0]))
+            for pl, ((a, b), _) in zip(payloads, parts, strict=True):
+                self.decode_into(pl, sent[a:b])
+            fb.update_sent(key, xc, sent)
+        return payloads
+
+    def decode_bytes_add(self, data: np.ndarray, out: np.ndarray) -> None:
+        """``out += `` a peer's decoded payload: in the compressor's kernel where it has one,
+        else through a scratch array (the same sum either way)."""
+        payload = Payload.from_bytes(memoryview(data), copy=False)
+        if out.size != payload.numel:
+            raise ValueError(f"payload of {payload.numel} elements for {out.size} places")
+        with self.timed("decompress_s"):
+            if out.dtype.name == payload.dtype and self.comp.decompress_add(payload, out):
+                return
+        scratch = self.buffer("scratch", out.size)
+        self.decode_into(payload, scratch)
+        out += scratch
+
     def feedback_update(self, name: str, compensated: Any, payload: Payload) -> None:
         """residual[name] = compensated - decoded payload, decoding into reused memory."""
         if self.fb is not None:

@@ -36,9 +36,7 @@ def run(ctx: Ctx) -> Steps:
     if ctx.comp.capabilities.allreduce_steps and ctx.comp.matrix_shape(tuple(ctx.x.shape)):
         yield from _power(ctx)
         return
-    xc = ctx.compensate(ctx.x)
-    payload = ctx.compress(xc, ctx.name)
-    ctx.feedback_update(ctx.name, xc, payload)
+    payload, = ctx.compress_compensated(ctx.x, ctx.name)
     buf = payload.buffers[SUMMED]
     yield from allreduce_buffer(ctx, buf, _logical(buf))
     ctx.decode_into(payload, ctx.out)

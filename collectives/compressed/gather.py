@@ -9,12 +9,10 @@ from .common import Ctx, wire
 
 
 def run(ctx: Ctx) -> Steps:
-    xc = ctx.compensate(ctx.x)
-    payload = ctx.compress(xc, ctx.name)
-    ctx.feedback_update(ctx.name, xc, payload)
+    payload, = ctx.compress_compensated(ctx.x, ctx.name)
     pieces = yield from allgatherv(ctx.comm, ctx.tag, wire(payload))
-    total, scratch = ctx.out, ctx.buffer("scratch", payload.numel)
     for j, data in enumerate(pieces):  # rank order on every rank: the same bits everywhere
-        ctx.decode_bytes_into(data, total if j == 0 else scratch)
-        if j:
-            total += scratch
+        if j == 0:
+            ctx.decode_bytes_into(data, ctx.out)
+        else:
+            ctx.decode_bytes_add(data, ctx.out)

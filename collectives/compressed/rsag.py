@@ -8,6 +8,8 @@ feedback, recompresses, and the compressed chunks are allgathered and decoded by
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..algorithms.common import Steps, partition
 from ..exchange import allgatherv, alltoallv
 from .common import Ctx, wire
@@ -15,26 +17,20 @@ from .common import Ctx, wire
 
 def run(ctx: Ctx) -> Steps:
     p, r = ctx.comm.size, ctx.comm.rank
-    xc = ctx.compensate(ctx.x)
-    flat = xc.reshape(-1)
-    blocks = partition(int(flat.shape[0]), p)
-    payloads = [ctx.compress(flat[a:b], f"{ctx.name}/{j}") for j, (a, b) in enumerate(blocks)]
-    if ctx.fb is not None:
-        sent = ctx.buffer("sent", int(flat.shape[0]))
-        for pl, (a, b) in zip(payloads, blocks, strict=True):
-            ctx.decode_into(pl, sent[a:b])
-        ctx.fb.update_sent(ctx.name, xc, sent)
+    blocks = partition(int(np.prod(ctx.x.shape)), p)
+    payloads = ctx.compress_compensated(ctx.x, ctx.name, blocks,
+                                        [f"{ctx.name}/{j}" for j in range(p)])
     got = yield from alltoallv(ctx.comm, ctx.tag, [wire(pl) for pl in payloads])
     lo, hi = blocks[r]
-    owned, scratch = ctx.buffer("owned", hi - lo), ctx.buffer("scratch", hi - lo)
+    owned = ctx.buffer("owned", hi - lo)
     for j, data in enumerate(got):  # rank order: the same sum however the messages arrived
-        ctx.decode_bytes_into(data, owned if j == 0 else scratch)
-        if j:
-            owned += scratch
-    owner_key = f"{ctx.name}@owner"  # second-level feedback lives with the chunk's owner
-    owned_c = ctx.compensate(owned, owner_key)
-    summed = ctx.compress(owned_c, f"{ctx.name}/sum{r}")
-    ctx.feedback_update(owner_key, owned_c, summed)
+        if j == 0:
+            ctx.decode_bytes_into(data, owned)
+        else:
+            ctx.decode_bytes_add(data, owned)
+    # second-level feedback lives with the chunk's owner
+    summed, = ctx.compress_compensated(owned, f"{ctx.name}@owner", [(0, hi - lo)],
+                                       [f"{ctx.name}/sum{r}"])
     pieces = yield from allgatherv(ctx.comm, ctx.tag, wire(summed))
     for data, (a, b) in zip(pieces, blocks, strict=True):
         ctx.decode_bytes_into(data, ctx.out[a:b])
