@@ -6,8 +6,13 @@ input whose result is compared with the closed-form answer on every rank and who
 compared across ranks. The blocking ``MPI_Allreduce`` of the MPI library is always timed as
 the baseline every row is compared with.
 
-Test-only hook: ``COMPCOLL_BENCH_CORRUPT=<algo>`` flips element 0 of that algorithm's checked
-result on rank 0, which must make the row show ``#wrong >= 1`` and the command exit non-zero.
+``--compressor`` adds a row per (size, algorithm, compressor): the compressed allreduce with
+error feedback, through the scheme the library picks (the dense scheme runs the row's
+algorithm); see ``bench_compressor`` for its inputs, split times and check.
+
+Test-only hook: ``COMPCOLL_BENCH_CORRUPT=<algo>`` (or ``<algo>/<compressor spec>``) flips
+element 0 of that row's checked result on rank 0, which must make the row show ``#wrong >= 1``
+and the command exit non-zero.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from ..algorithms import get as get_algorithm
 from ..cli import command
 from . import bench_report as report
 from . import emulate as emulated
-from .bench_case import BASELINE, Case
-from .benchlib import Timing, bus_bandwidth, parse_size, size_sweep, time_calls
+from .bench_case import BASELINE
+from .bench_compressor import NONE, check_specs, combos, split_specs, usage_error
+from .bench_sweep import sweep
+from .benchlib import parse_size, size_sweep
 from .launch import LAUNCHER_VARS, relaunch, without_np
 
 DEFAULT_ALGOS = [*(a.name for a in REGISTRY.values() if a.ours), "auto", "mpi"]
@@ -41,9 +48,20 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--iters", type=int, default=20, help="timed calls per row (20)")
     p.add_argument("-w", "--warmup", type=int, default=5, help="untimed calls first (5)")
     p.add_argument("-c", "--check", type=int, choices=(0, 1), default=1,
-                   help="check results (1, default) or not (0)")
+                   help="check results (1, default) or not (0). A compressed sum is not exact: "
+                        "there #wrong counts elements whose bits differ from rank 0's result "
+                        "plus non-finite ones, and rel.err shows the error against the exact sum")
     p.add_argument("--algo", default=",".join(DEFAULT_ALGOS),
                    help=f"comma-separated algorithms (default {','.join(DEFAULT_ALGOS)})")
+    p.add_argument("--compressor", action="append", metavar="SPECS",
+                   help="comma-separated compressor specs, also repeatable, e.g. none,"
+                        "uniform:bits=8,topk:ratio=0.01,approximate=true (a key=value token "
+                        "belongs to the spec before it); default none. mpi and torch run with "
+                        "none only")
+    p.add_argument("--scheme", default="auto",
+                   help="compressed allreduce scheme (default auto: the library picks)")
+    p.add_argument("--no-feedback", action="store_true",
+                   help="compress without error feedback")
     p.add_argument("--dtype", default="float32", choices=dtypes.SUPPORTED)
     p.add_argument("--op", default="sum", choices=ops.SUPPORTED_OPS)
     place = p.add_mutually_exclusive_group()
@@ -75,23 +93,6 @@ def _check_engine(names: list[str], engine: str) -> None:
         if name in REGISTRY and not REGISTRY[name].ours and name != engine:
             raise SystemExit(f"compcoll: --algo {name} needs a {name} communicator; bench "
                              f"allreduce runs on {engine}")
-
-
-def _row(case: Case, name: str, timing: Timing, cost: costmodel.CostParams) -> dict[str, Any]:
-    comm, count = case.comm, len(case.send)
-    nbytes = count * case.dtype.itemsize
-    algbw = nbytes / timing.median / 1e9
-    chosen = costmodel.choose(comm, nbytes) if name == "auto" else None
-    modeled = chosen or name
-    model = costmodel.predict(modeled, comm.size, nbytes, cost) if modeled in costmodel.MODELED \
-        else None
-    return {"size": nbytes, "count": count, "type": case.dtype.name, "op": case.op,
-            "algo": name, "auto_choice": chosen,
-            "inplace": case.inplace, "time_us": timing.median * 1e6,
-            "p50_us": timing.median * 1e6, "p90_us": timing.p90 * 1e6,
-            "p99_us": timing.p99 * 1e6, "algbw_GBps": algbw,
-            "busbw_GBps": bus_bandwidth(algbw, comm.size), "ratio_vs_mpi": None,
-            "model_us": None if model is None else model * 1e6, "wrong": 0, "ranks_agree": True}
 
 
 def _launched() -> bool:
@@ -129,7 +130,13 @@ def run(args: argparse.Namespace) -> int:
                  if s >= dtype.itemsize]
     except ValueError as exc:
         raise SystemExit(f"compcoll: {exc}") from None
+    try:
+        specs = split_specs(args.compressor)
+    except ValueError as exc:
+        usage_error(str(exc))
+    check_specs(specs, dtype, op, args.scheme)
     names = [BASELINE, *_algorithms(args.algo)]
+    pairs, skipped = combos(names, specs)
     if args.iters < 1 or args.warmup < 0:
         raise SystemExit("compcoll: need -n >= 1 and -w >= 0")
     if args.plot:
@@ -152,33 +159,25 @@ def run(args: argparse.Namespace) -> int:
     _check_engine(names, comm.engine)
     cost = costmodel.params(comm)
     rank0 = comm.rank == 0
-    bar = _progress(len(sizes) * len(names), comm.rank)
+    bar = _progress(len(sizes) * len(pairs), comm.rank)
     out = bar.write if bar is not None else print
+    real = [s for s in specs if s != NONE]
+    cols = report.columns(max(map(len, specs)) if real else 0)
     if rank0:
         out(f"# compcoll bench allreduce: {comm.size} ranks, {dtype.name} {op}, "
             f"{'in' if args.inplace else 'out of'} place, {args.iters} iters, "
             f"{args.warmup} warm-up, check {args.check}")
-        out(report.header())
-    rows: list[dict[str, Any]] = []
+        if real:
+            out(f"# compressed rows: Gaussian inputs, {'no ' if args.no_feedback else ''}error "
+                f"feedback, scheme {args.scheme}; algbw/effbusbw count the uncompressed bytes; "
+                f"#wrong = elements differing from rank 0's or not finite")
+        if skipped:
+            out(f"# skipped (baselines run uncompressed only): {', '.join(skipped)}")
+        out(report.header(cols))
     saved, defaults.validate = defaults.validate, False  # no per-call metadata allgather
     try:
-        for size in sizes:
-            case = Case(comm, dtype, op, size // dtype.itemsize, args.inplace)
-            group = []
-            for name in names:
-                row = _row(case, name, time_calls(comm.comm, case.call(name), args.iters,
-                                                  args.warmup), cost)
-                if args.check:
-                    row["wrong"], row["ranks_agree"] = case.check(name)
-                group.append(row)
-                if bar is not None:
-                    bar.update()
-            base = group[0]["busbw_GBps"]
-            for row in group:
-                row["ratio_vs_mpi"] = row["busbw_GBps"] / base if base > 0 else None
-                if rank0:
-                    out(report.format_row(row))
-            rows.extend(group)
+        rows = sweep(comm, args, dtype, op, sizes, pairs, cost, bar,
+                      lambda row: out(report.format_row(row, cols)) if rank0 else None)
     finally:
         defaults.validate = saved
         if bar is not None:
@@ -186,7 +185,8 @@ def run(args: argparse.Namespace) -> int:
     bad = [r for r in rows if r["wrong"] or not r["ranks_agree"]]
     if rank0:
         for r in bad:
-            print(f"# FAILED {r['algo']} at {r['size']} B: {r['wrong']} wrong element(s)"
+            what = r["algo"] if r["compressor"] == NONE else f"{r['algo']} with {r['compressor']}"
+            print(f"# FAILED {what} at {r['size']} B: {r['wrong']} wrong element(s)"
                   f"{'' if r['ranks_agree'] else ', ranks hold different results'}",
                   file=sys.stderr)
         argv = without_np(args.argv)  # recorded with the -np that reproduces this run

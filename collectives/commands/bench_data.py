@@ -40,7 +40,8 @@ def bits(buf: Any) -> np.ndarray:
     return buf.view(torch.int16).numpy().view(np.uint16)
 
 
-def _as_float64(buf: Any) -> np.ndarray:
+def as_float64(buf: Any) -> np.ndarray:
+    """A float64 copy of the buffer's values."""
     if isinstance(buf, np.ndarray):
         return buf.astype(np.float64)
     return buf.float().numpy().astype(np.float64)
@@ -54,9 +55,13 @@ def pattern(count: int, rank: int, dtype: DType) -> np.ndarray:
 
 def fill(buf: Any, rank: int, dtype: DType) -> None:
     """Write rank ``rank``'s input into ``buf``."""
-    values = pattern(len(buf), rank, dtype)
+    assign(buf, pattern(len(buf), rank, dtype))
+
+
+def assign(buf: Any, values: np.ndarray) -> None:
+    """Write ``values`` into ``buf``, rounded to its dtype (bfloat16 through torch)."""
     if isinstance(buf, np.ndarray):
-        buf[...] = values.astype(dtype.raw)
+        buf[...] = values.astype(buf.dtype)
     else:
         import torch
 
@@ -87,7 +92,7 @@ def count_wrong(result: Any, p: int, dtype: DType, op: str) -> int:
     """Elements of ``result`` that differ from the expected reduction (NaN counts as wrong)."""
     want = expected(p, dtype, op)
     tol = tolerance(p, dtype, op)
-    values = _as_float64(result)
+    values = as_float64(result)
     wrong = 0
     for j in range(min(PERIOD, values.size)):
         got = values[j::PERIOD]

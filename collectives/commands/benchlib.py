@@ -57,18 +57,24 @@ class Timing:
         return cls(float(p50), float(p90), float(p99))
 
 
-def time_calls(comm, call: Callable[[], object], iters: int, warmup: int) -> Timing:
+def time_calls(comm, call: Callable[[], object], iters: int, warmup: int,
+               setup: Callable[[], object] | None = None) -> Timing:
     """Time ``call`` ``iters`` times on every rank of the mpi4py ``comm`` (collective).
 
     Each iteration starts after a barrier and is timed on its own; an iteration lasts until its
     slowest rank is done, so the per-iteration maximum over ranks is what is summarized.
+    ``setup`` (untimed) runs before every call, e.g. to restore an input a call overwrote.
     """
     from mpi4py import MPI
 
     for _ in range(warmup):
+        if setup is not None:
+            setup()
         call()
     times = np.empty(iters, dtype=np.float64)
     for i in range(iters):
+        if setup is not None:
+            setup()
         comm.Barrier()
         t0 = time.perf_counter()
         call()
