@@ -23,16 +23,56 @@ from .transport.base import Communicator, Request
 Exchange = Generator[list[Request], None, list[np.ndarray]]
 _U8 = BY_NAME["uint8"]
 
+#: With sizes known in advance (``sizes=``), a part of another size travels as a block of the
+#: expected size starting with this marker and its true size, then as a message of its own.
+#: Payload bytes start with b"CCPL", never with the marker.
+ESCAPE = b"CCXS"
+_ESC_BYTES = len(ESCAPE) + 8
+
+
+def _escape_block(expected: int, actual: int) -> np.ndarray:
+    if expected < _ESC_BYTES:
+        raise ValueError(f"an expected size of {expected} B cannot hold the size marker")
+    block = np.zeros(expected, np.uint8)
+    block[:_ESC_BYTES] = np.frombuffer(ESCAPE + np.int64(actual).tobytes(), np.uint8)
+    return block
+
+
+def _escaped(block: np.ndarray) -> int | None:
+    """The true size announced by an escape block, or None for ordinary data."""
+    if block.size < _ESC_BYTES or block[:len(ESCAPE)].tobytes() != ESCAPE:
+        return None
+    return int(block[len(ESCAPE):_ESC_BYTES].view(np.int64)[0])
+
 
 def _bytes_of(arr: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
 
 
-def allgatherv(comm: Communicator, tag: int, data: np.ndarray) -> Exchange:
-    """Every rank's ``data`` (raw bytes), in rank order; sizes may differ."""
+def allgatherv(comm: Communicator, tag: int, data: np.ndarray,
+               sizes: list[int] | None = None) -> Exchange:
+    """Every rank's ``data`` (raw bytes), in rank order; sizes may differ.
+
+    ``sizes``: the size every rank's data should have (the same list on all ranks). It saves
+    the exchange of sizes (p - 1 message rounds); a rank whose data has another size sends a
+    marker in its place and the true data in a second allgather (data must not start with
+    ``ESCAPE``)."""
     mine = _bytes_of(data)
-    sizes = yield from allgather_ints(comm, tag, np.array([mine.size], dtype=np.int64))
-    counts = sizes[:, 0].tolist()
+    if sizes is None:
+        table = yield from allgather_ints(comm, tag, np.array([mine.size], dtype=np.int64))
+        return (yield from _ring_allgatherv(comm, tag, mine, table[:, 0].tolist()))
+    own = mine if mine.size == sizes[comm.rank] else _escape_block(sizes[comm.rank], mine.size)
+    out = yield from _ring_allgatherv(comm, tag, own, list(sizes))
+    late = [_escaped(block) for block in out]
+    if any(n is not None for n in late):  # NaN/Inf side lists made some payloads longer
+        mine_late = mine if late[comm.rank] is not None else mine[:0]
+        extra = yield from _ring_allgatherv(comm, tag, mine_late, [n or 0 for n in late])
+        out = [x if n is None else e for x, e, n in zip(out, extra, late, strict=True)]
+    return out
+
+
+def _ring_allgatherv(comm: Communicator, tag: int, mine: np.ndarray,
+                     counts: list[int]) -> Exchange:
     blocks = blocks_from_counts(counts)
     work = np.empty(sum(counts), dtype=np.uint8)
     lo, hi = blocks[comm.rank]
@@ -56,15 +96,28 @@ def allgather_ints(comm: Communicator, tag: int, values: np.ndarray) -> Generato
     return table
 
 
-def alltoallv(comm: Communicator, tag: int, parts: list[np.ndarray]) -> Exchange:
-    """Send ``parts[j]`` (raw bytes) to rank j; return what each rank sent to this one."""
+def alltoallv(comm: Communicator, tag: int, parts: list[np.ndarray],
+              sizes: list[int] | None = None) -> Exchange:
+    """Send ``parts[j]`` (raw bytes) to rank j; return what each rank sent to this one.
+
+    ``sizes[j]``: the size every rank's part for rank j should have (the same list on all
+    ranks), which saves the exchange of sizes; a part of another size is announced by a
+    marker and sent as a second message (parts must not start with ``ESCAPE``)."""
     p, r = comm.size, comm.rank
     if len(parts) != p:
         raise ValueError(f"alltoallv needs one part per rank ({p}), got {len(parts)}")
     out_bytes = [_bytes_of(x) for x in parts]
-    table = yield from allgather_ints(comm, tag, np.array([b.size for b in out_bytes]))
-    received: list[np.ndarray] = [np.empty(int(table[src, r]), np.uint8) for src in range(p)]
-    received[r] = out_bytes[r].copy()
+    follow: dict[int, np.ndarray] = {}
+    if sizes is None:
+        table = yield from allgather_ints(comm, tag, np.array([b.size for b in out_bytes]))
+        expect = [int(table[src, r]) for src in range(p)]
+    else:
+        expect = [int(sizes[r])] * p
+        for j, b in enumerate(out_bytes):
+            if j != r and b.size != sizes[j]:
+                follow[j], out_bytes[j] = b, _escape_block(int(sizes[j]), b.size)
+    received: list[np.ndarray] = [np.empty(expect[src], np.uint8) for src in range(p)]
+    received[r] = _bytes_of(parts[r]).copy()
     reqs = []
     for s in range(1, p):  # pair with ranks at increasing distance, both directions at once
         dst, src = (r + s) % p, (r - s) % p
@@ -72,5 +125,17 @@ def alltoallv(comm: Communicator, tag: int, parts: list[np.ndarray]) -> Exchange
             reqs.append(comm.irecv(received[src], src, tag, f"alltoallv from rank {src}"))
         if out_bytes[dst].size:
             reqs.append(comm.isend(out_bytes[dst], dst, tag, f"alltoallv to rank {dst}"))
+        if follow.get(dst, out_bytes[dst][:0]).size:  # same pair and tag: arrives second
+            reqs.append(comm.isend(follow[dst], dst, tag, f"alltoallv to rank {dst}"))
     yield reqs
+    if sizes is not None:
+        late = {src: _escaped(received[src]) for src in range(p) if src != r}
+        reqs = []
+        for src, n in late.items():
+            if n is not None:
+                received[src] = np.empty(n, np.uint8)
+                if n:
+                    reqs.append(comm.irecv(received[src], src, tag, f"alltoallv from rank {src}"))
+        if reqs:
+            yield reqs
     return received

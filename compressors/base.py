@@ -89,6 +89,18 @@ class Compressor:
             return None
         return sum(dt.itemsize * n for dt, n in lay.values() if n is not None and n > 0)
 
+    def wire_nbytes(self, shape: tuple[int, ...], dtype: str = "float32") -> int | None:
+        """Exact wire size (header included) of this compressor's payload for a finite tensor
+        of ``shape`` and ``dtype``, the same on every rank; None when it depends on the data.
+        Collectives use it to skip exchanging sizes (NaN/Inf side lists make a payload longer;
+        the exchanges handle that as an exception)."""
+        lay = self.layout(tuple(shape), dtype)
+        if any(n is None for _, n in lay.values()):
+            return None
+        empty = {key: np.empty(0, dt) for key, (dt, _) in lay.items()}
+        head = Payload(self.name, dtype, tuple(shape), self.params, empty).header_nbytes()
+        return head + sum(dt.itemsize * n for dt, n in lay.values() if n is not None and n > 0)
+
     def bits_per_element(self, numel: int | tuple[int, ...],
                          dtype: str = "float32") -> float | None:
         """Wire bits per input element, or None when the size depends on the data."""

@@ -81,7 +81,8 @@ class ErrorFeedback:
         if res is None or res.shape != wide.shape or res.dtype != wide.dtype or \
                 np.shares_memory(res, wide):
             res = np.empty_like(wide)
-        np.subtract(wide, sent, out=res)  # reuses the residual's memory: no page faults
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: zeroed just below
+            np.subtract(wide, sent, out=res)  # reuses the residual's memory: no page faults
         # NaN/Inf went out with the payload (so the step can be skipped); keeping them would
         # poison every later step. One cheap reduction tells whether there are any.
         if not np.isfinite(np.add.reduce(res)):  # an overflowing sum only costs the full test

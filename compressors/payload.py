@@ -64,8 +64,8 @@ class Payload:
         """Serialize to the versioned byte format."""
         return self.to_array().tobytes()
 
-    def to_array(self) -> np.ndarray:
-        """The same bytes as ``to_bytes`` in a uint8 array, each buffer copied once."""
+    def _header(self) -> tuple[bytes, list[np.ndarray]]:
+        """The header bytes and the buffers' raw bytes, in wire order."""
         out = [MAGIC, struct.pack("<B", FORMAT_VERSION), _str8(self.compressor),
                struct.pack("<BB", _DTYPES.index(self.dtype), len(self.shape)),
                struct.pack(f"<{len(self.shape)}Q", *self.shape),
@@ -86,7 +86,15 @@ class Payload:
             dt = buf.dtype.newbyteorder("<") if buf.dtype.byteorder == ">" else buf.dtype
             out += [_str8(name), struct.pack("<BQ", _BUFFER_DTYPES.index(np.dtype(dt)), buf.size)]
             raw.append(np.ascontiguousarray(buf, dtype=dt).reshape(-1).view(np.uint8))
-        head = b"".join(out)
+        return b"".join(out), raw
+
+    def header_nbytes(self) -> int:
+        """Bytes of the wire header (the wire size is this plus ``nbytes``)."""
+        return len(self._header()[0])
+
+    def to_array(self) -> np.ndarray:
+        """The same bytes as ``to_bytes`` in a uint8 array, each buffer copied once."""
+        head, raw = self._header()
         wire = np.empty(len(head) + sum(r.size for r in raw), dtype=np.uint8)
         wire[:len(head)] = np.frombuffer(head, dtype=np.uint8)
         pos = len(head)

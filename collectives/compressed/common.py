@@ -145,6 +145,13 @@ class Ctx:
             self.fb.update_sent(name, compensated, sent)
 
 
+def wire_sizes(comp: Compressor, shapes: list[tuple[int, ...]], dtype: str) -> list[int] | None:
+    """The wire size of each payload every rank will send for these shapes when the input is
+    finite (so exchanges need not trade sizes first), or None for data-dependent sizes."""
+    sizes = [comp.wire_nbytes(shape, dtype) for shape in shapes]
+    return None if any(n is None for n in sizes) else [int(n) for n in sizes]
+
+
 def workspace(comm: Communicator, key: tuple, n: int, dtype: np.dtype) -> np.ndarray:
     """A reusable flat array of ``n`` elements of ``dtype`` stored on ``comm`` under ``key``."""
     store: dict = comm.__dict__.setdefault("_workspace", {})

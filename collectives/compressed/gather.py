@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from ..algorithms.common import Steps
 from ..exchange import allgatherv
-from .common import Ctx, wire
+from .common import Ctx, wire, wire_sizes
 
 
 def run(ctx: Ctx) -> Steps:
     payload, = ctx.compress_compensated(ctx.x, ctx.name)
-    pieces = yield from allgatherv(ctx.comm, ctx.tag, wire(payload))
+    sizes = wire_sizes(ctx.comp, [payload.shape] * ctx.comm.size, payload.dtype)
+    pieces = yield from allgatherv(ctx.comm, ctx.tag, wire(payload), sizes)
     for j, data in enumerate(pieces):  # rank order on every rank: the same bits everywhere
         if j == 0:
             ctx.decode_bytes_into(data, ctx.out)

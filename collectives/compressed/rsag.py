@@ -12,7 +12,7 @@ import numpy as np
 
 from ..algorithms.common import Steps, partition
 from ..exchange import allgatherv, alltoallv
-from .common import Ctx, wire
+from .common import Ctx, wire, wire_sizes
 
 
 def run(ctx: Ctx) -> Steps:
@@ -20,7 +20,9 @@ def run(ctx: Ctx) -> Steps:
     blocks = partition(int(np.prod(ctx.x.shape)), p)
     payloads = ctx.compress_compensated(ctx.x, ctx.name, blocks,
                                         [f"{ctx.name}/{j}" for j in range(p)])
-    got = yield from alltoallv(ctx.comm, ctx.tag, [wire(pl) for pl in payloads])
+    shapes = [(b - a,) for a, b in blocks]
+    got = yield from alltoallv(ctx.comm, ctx.tag, [wire(pl) for pl in payloads],
+                               wire_sizes(ctx.comp, shapes, payloads[0].dtype))
     lo, hi = blocks[r]
     owned = ctx.buffer("owned", hi - lo)
     for j, data in enumerate(got):  # rank order: the same sum however the messages arrived
@@ -31,6 +33,7 @@ def run(ctx: Ctx) -> Steps:
     # second-level feedback lives with the chunk's owner
     summed, = ctx.compress_compensated(owned, f"{ctx.name}@owner", [(0, hi - lo)],
                                        [f"{ctx.name}/sum{r}"])
-    pieces = yield from allgatherv(ctx.comm, ctx.tag, wire(summed))
+    pieces = yield from allgatherv(ctx.comm, ctx.tag, wire(summed),
+                                   wire_sizes(ctx.comp, shapes, summed.dtype))
     for data, (a, b) in zip(pieces, blocks, strict=True):
         ctx.decode_bytes_into(data, ctx.out[a:b])

@@ -65,6 +65,31 @@ def every_compressor_every_scheme(chk: Checker) -> None:
                       (P == 1 or stats["bytes_sent"] > 0), f"{what}: stats {stats}")
 
 
+def nonfinite_on_some_ranks(chk: Checker) -> None:
+    """NaN/Inf on some ranks only: their payloads outgrow the expected size (side lists) and
+    take the exchanges' escape path; every rank gets the same result, NaN/Inf where they were,
+    and the next call (finite again) is back to normal."""
+    comp = compressors.get("uniform:bits=4")
+    for scheme in ("reduce_scatter_allgather", "allgather"):
+        for bad in sorted({0, P - 1, P // 2}):
+            x = np.random.default_rng([5, R]).standard_normal(1013).astype(np.float32)
+            if R == bad:
+                x[[3, 700]] = [np.nan, np.inf]
+            what = f"non-finite on rank {bad}, {scheme}"
+            fb = compressors.ErrorFeedback(comp)
+            y = chk.run(what, collectives.allreduce, x, compressor=comp, scheme=scheme,
+                        feedback=fb, name="w")
+            if y is None:
+                continue
+            chk.identical(y, what)
+            chk.check(bool(np.isnan(y[3]) and np.isnan(y[700]) or np.isinf(y[700])), what)
+            finite = np.delete(y, [3, 700])
+            chk.check(bool(np.isfinite(finite).all()), f"{what}: finite elsewhere")
+            z = chk.run(what + " then finite", collectives.allreduce, np.ones(1013, np.float32),
+                        compressor=comp, scheme=scheme, feedback=fb, name="w")
+            chk.check(z is not None and bool(np.isfinite(z).all()), what + " then finite")
+
+
 def feedback_over_steps(chk: Checker) -> None:
     """Telescoping, both levels: sum of outputs + all residuals == sum of true gradients."""
     n, steps = 999, 25
@@ -163,7 +188,8 @@ def refusals_and_mismatches(chk: Checker) -> None:
 
 def main() -> None:
     chk = Checker("compressed allreduce")
-    for part in (none_equals_plain, every_compressor_every_scheme, feedback_over_steps,
+    for part in (none_equals_plain, every_compressor_every_scheme, nonfinite_on_some_ranks,
+                 feedback_over_steps,
                  powersgd_end_to_end, nonblocking, refusals_and_mismatches):
         chk.run(part.__name__, part, chk)
     chk.finish()
