@@ -127,15 +127,17 @@ class Compressor:
         self._encode(host.reshape(-1), info.dtype, seed, bufs, name=name, shape=info.shape)
         return Payload(self.name, info.dtype, info.shape, self.params, bufs, origin=info)
 
-    def compress_feedback(self, x: np.ndarray, residual: np.ndarray, residual_out: np.ndarray,
-                          *, name: str, step: int = 0) -> Payload | None:
-        """Fast path for plain error feedback: ``compress(x + residual)`` with
-        ``residual_out = x + residual - decompress(payload)`` written in the same pass.
+    #: Whether ``compress_feedback`` has a fused kernel (else it returns None).
+    fuses_feedback: ClassVar[bool] = False
 
-        x is a contiguous float32 numpy array, the residuals flat float32 arrays of its size;
-        the payload equals ``compress(x + residual, name=name, step=step)``. Returns None when
-        this compressor has no such kernel or the input is not finite (then ``residual_out``
-        holds nothing useful and the caller takes the general path)."""
+    def compress_feedback(self, x: np.ndarray, residual: np.ndarray, *, name: str,
+                          step: int = 0) -> Payload | None:
+        """Fast path for plain error feedback, in one pass over the data: returns
+        ``compress(x + residual)`` and leaves ``x + residual - decompress(payload)`` in
+        ``residual`` (updated in place; NaN/Inf travel in the payload and leave 0 behind).
+
+        x is a contiguous float32 numpy array, ``residual`` a flat float32 array of its size.
+        Returns None, touching nothing, when this compressor has no such kernel."""
         return None
 
     def decompress_add(self, payload: Payload, out: np.ndarray) -> bool:

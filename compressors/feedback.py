@@ -48,7 +48,6 @@ class ErrorFeedback:
                 raise ValueError(f"ErrorFeedback: {key} must be a number in [0, 1e6], got {v!r}")
         self.compressor, self.beta, self.gamma = compressor, float(beta), float(gamma)
         self.residuals: dict[str, np.ndarray] = {}
-        self._spares: dict[str, np.ndarray] = {}  # second residual arrays of fused kernels
 
     def compensate(self, x: Any, name: str, out: np.ndarray | None = None) -> Any:
         """gamma * x + beta * residual[name], in x's type.
@@ -96,25 +95,15 @@ class ErrorFeedback:
                 and isinstance(x, np.ndarray) and x.dtype == np.float32
                 and x.flags.c_contiguous)
 
-    def residual_pair(self, name: str, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """For fused kernels: the flat float32 residual of ``name`` (zeros when there is none)
-        and a spare array of the same size to write the next residual into."""
+    def residual_for(self, name: str, n: int) -> np.ndarray:
+        """The flat float32 residual of ``name`` for a fused kernel to update in place (zeros
+        when there is none, or one of another size)."""
         res = self.residuals.get(name)
-        if res is None or res.size != n or res.dtype != np.float32:
+        if res is None or res.size != n or res.dtype != np.float32 or \
+                not res.flags.c_contiguous or not res.flags.writeable:
             res = np.zeros(n, np.float32)
             self.residuals[name] = res
-        spare = self._spares.get(name)
-        if spare is None or spare.size != n or np.shares_memory(spare, res):
-            spare = np.empty(n, np.float32)
-        return res.reshape(-1), spare
-
-    def swap_in(self, name: str, new: np.ndarray) -> None:
-        """Make ``new`` (the spare of ``residual_pair``) the residual; the old one becomes the
-        spare, so the two arrays alternate and no step allocates."""
-        old = self.residuals.get(name)
-        self.residuals[name] = new
-        if old is not None:
-            self._spares[name] = old
+        return res.reshape(-1)
 
     def step(self, x: Any, name: str, step: int = 0) -> Payload:
         """compensate, compress and update in one call."""

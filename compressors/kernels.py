@@ -29,8 +29,9 @@ def quantize(x: np.ndarray, codes: np.ndarray, mins: np.ndarray, scales: np.ndar
 def quantize_feedback(x: np.ndarray, residual: np.ndarray, residual_out: np.ndarray,
                       codes: np.ndarray, mins: np.ndarray, scales: np.ndarray, bits: int,
                       bucket_size: int, seed: int, stochastic: bool) -> int:
-    """``quantize(x + residual)`` and ``residual_out = x + residual - decoded`` in one pass;
-    returns the non-finite count of x + residual (then residual_out is not valid)."""
+    """``quantize(x + residual)`` and ``residual_out = x + residual - decoded`` in one pass
+    (``residual_out`` may be ``residual``). Non-finite sums are copied to ``residual_out`` as
+    they are; returns their count."""
     return _compcoll.quantize_feedback(x, residual, residual_out, codes, mins, scales, bits,
                                        bucket_size, seed, stochastic)
 

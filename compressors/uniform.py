@@ -79,19 +79,23 @@ class Uniform(Compressor):
         decode_dense(payload, out, lambda x32: kernels.dequantize(
             b["codes"], b["mins"], b["scales"], x32, self.bits, self.bucket_size))
 
-    def compress_feedback(self, x: np.ndarray, residual: np.ndarray, residual_out: np.ndarray,
-                          *, name: str, step: int = 0) -> Payload | None:
+    fuses_feedback = True
+
+    def compress_feedback(self, x: np.ndarray, residual: np.ndarray, *, name: str,
+                          step: int = 0) -> Payload | None:
         if not (isinstance(x, np.ndarray) and x.dtype == F32 and x.flags.c_contiguous):
             return None
         host, info = to_host(x)
         bufs = self._fixed_buffers(info, None)
         seed = derive_seed(self.seed, name, step)
         flat = host.reshape(-1)
-        if kernels.quantize_feedback(flat, residual, residual_out, bufs["codes"], bufs["mins"],
-                                     bufs["scales"], self.bits, self.bucket_size, seed,
-                                     self.stochastic):
-            return None  # NaN/Inf: the general path sends them exactly
-        split_nonfinite(flat, flat, 0, bufs)
+        bad = kernels.quantize_feedback(flat, residual, residual, bufs["codes"], bufs["mins"],
+                                        bufs["scales"], self.bits, self.bucket_size, seed,
+                                        self.stochastic)
+        # The kernel left the non-finite sums in the residual: they go out exactly, in the
+        # side list, and the residual keeps 0 there (as ErrorFeedback.update_sent does).
+        split_nonfinite(residual, residual, bad, bufs)
+        residual[bufs[NF_IDX]] = 0
         return Payload(self.name, info.dtype, info.shape, self.params, bufs, origin=info)
 
     def decompress_add(self, payload: Payload, out: np.ndarray) -> bool:

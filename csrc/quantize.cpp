@@ -114,9 +114,10 @@ int64_t quantize_all(const float* x, size_t n, size_t bucket, uint64_t seed, boo
 
 // Error feedback fused into quantization: per bucket, c = x + residual (kept in cache),
 // c is quantized exactly as quantize_all would quantize it, and residual_out = c - decoded
-// codes, so one visit of the data replaces compensate, quantize, decode and update. Returns
-// the non-finite count of c; when it is not 0, residual_out is not meaningful (callers fall
-// back to the unfused path, which carries NaN/Inf in the payload).
+// codes, so one visit of the data replaces compensate, quantize, decode and update.
+// residual_out may be residual itself (each bucket is read before it is written). Where c is
+// not finite, residual_out gets c itself (NaN/Inf), for the caller to move into the payload's
+// side list; returns how many such values there are.
 template <int BITS>
 int64_t quantize_feedback_all(const float* x, const float* res, float* res_out, size_t n,
                               size_t bucket, uint64_t seed, bool stochastic, uint8_t* codes,
@@ -148,7 +149,11 @@ int64_t quantize_feedback_all(const float* x, const float* res, float* res_out, 
       if constexpr (BITS < 8) unpack_codes<BITS>(out + t * BITS / 8, m, q);
       else std::memcpy(q, out + t, m);
 #pragma omp simd
-      for (size_t i = 0; i < m; ++i) ob[t + i] = c[t + i] - (mn + float(q[i]) * scale);
+      for (size_t i = 0; i < m; ++i) {
+        const float ci = c[t + i];
+        const bool fin = (float_to_ibits(ci) & 0x7f800000) != 0x7f800000;
+        ob[t + i] = fin ? ci - (mn + float(q[i]) * scale) : ci;
+      }
     }
     return bad;
   });
@@ -222,7 +227,8 @@ void register_quantize(nb::module_& m) {
       nb::arg("mins"), nb::arg("scales"), nb::arg("bits"), nb::arg("bucket_size"),
       nb::arg("seed"), nb::arg("stochastic"),
       "Quantize c = x + residual as quantize(c) would, writing residual_out = c - decoded in "
-      "the same pass; returns the non-finite count of c (then residual_out is not valid).");
+      "the same pass (residual_out may be residual); non-finite c are copied to residual_out "
+      "and counted in the return value.");
   m.def(
       "dequantize",
       [](HostArray codes, HostArray mins, HostArray scales, HostArray out, int bits, size_t bucket,

@@ -84,44 +84,51 @@ class Ctx:
         """Decode a peer's wire bytes (validated: a foreign or damaged payload raises)."""
         self.decode_into(Payload.from_bytes(memoryview(data), copy=False), out)
 
+    def fused(self, x: Any) -> bool:
+        """Whether ``compress_compensated`` takes the one-pass kernel for x."""
+        fb = self.fb
+        return self.comp.fuses_feedback and (fb is None or fb.fusable(x)) and \
+            isinstance(x, np.ndarray) and x.dtype == np.float32 and x.flags.c_contiguous
+
     def compress_compensated(self, x: Any, key: str, blocks: list[tuple[int, int]] | None = None,
-                             names: list[str] | None = None) -> list[Payload]:
+                             names: list[str] | None = None, *, base: int = 0,
+                             total: int | None = None) -> list[Payload]:
         """Compensate ``x`` with the residual ``key``, compress it (each flat block under its
         name, or x whole under ``key``) and keep what was not sent as the next residual.
 
-        Plain error feedback on float32 goes through the compressor's fused kernel where it
-        has one (one pass over the data instead of four); otherwise, and for non-finite input,
-        the general compensate / compress / decode / update path runs."""
+        ``base``/``total``: x is elements [base, base + x.size) of a residual of ``total``
+        elements (pipelined segments of one tensor; fused path only). Plain error feedback on
+        float32 goes through the compressor's fused kernel where it has one (one pass over the
+        data instead of four); otherwise the general compensate / compress / decode / update
+        path runs."""
         fb = self.fb
-        parts = list(zip(blocks, names, strict=True)) if blocks is not None else None
-        if fb is not None and fb.fusable(x):
-            res, spare = fb.residual_pair(key, x.size)
-            flat = x.reshape(-1)
-            todo = parts or [(None, key)]
-            payloads: list[Payload] = []
+        n = int(np.prod(x.shape))
+        parts = list(zip(blocks, names, strict=True)) if blocks is not None \
+            else [((0, n), key)]
+        flat = x.reshape(-1)
+        if fb is None:
+            return [self.compress(flat[a:b] if blocks is not None else x, nm)
+                    for (a, b), nm in parts]
+        if self.fused(x):
+            res = fb.residual_for(key, total or n)[base:base + n]
             with self.timed("compress_s"):
-                for ab, nm in todo:
-                    a, b = ab if ab is not None else (0, flat.size)
-                    pl = self.comp.compress_feedback(flat[a:b] if ab else x, res[a:b], spare[a:b],
-                                                     name=nm, step=self.step)
-                    if pl is None:
-                        break
-                    payloads.append(pl)
-            if len(payloads) == len(todo):
-                fb.swap_in(key, spare)
-                return payloads
+                out = [self.comp.compress_feedback(flat[a:b] if blocks is not None else x,
+                                                   res[a:b], name=nm, step=self.step)
+                       for (a, b), nm in parts]
+            return out  # type: ignore[return-value]
+        if (base, total or n) != (0, n):
+            raise ValueError("segments of a residual need the fused kernel")
         xc = self.compensate(x, key)
-        if parts is None:
+        if blocks is None:
             payload = self.compress(xc, key)
             self.feedback_update(key, xc, payload)
             return [payload]
         flat = xc.reshape(-1)
         payloads = [self.compress(flat[a:b], nm) for (a, b), nm in parts]
-        if fb is not None:
-            sent = self.buffer(f"sent:{key}", int(flat.shape[0]))
-            for pl, ((a, b), _) in zip(payloads, parts, strict=True):
-                self.decode_into(pl, sent[a:b])
-            fb.update_sent(key, xc, sent)
+        sent = self.buffer(f"sent:{key}", n)
+        for pl, ((a, b), _) in zip(payloads, parts, strict=True):
+            self.decode_into(pl, sent[a:b])
+        fb.update_sent(key, xc, sent)
         return payloads
 
     def decode_bytes_add(self, data: np.ndarray, out: np.ndarray) -> None:

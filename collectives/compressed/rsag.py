@@ -4,27 +4,78 @@ Rank j owns chunk j. Every rank compresses each chunk for its owner (alltoallv);
 decodes the p contributions, sums them in fp32 in rank order, adds its own second-level error
 feedback, recompresses, and the compressed chunks are allgathered and decoded by everyone
 (the scheme of 1-bit Adam, CGX and ZeRO++). Each rank sends ~2(p-1)/p payloads whatever p is.
+
+Large tensors are cut into segments that run interleaved (``collectives.interleave``): while
+one segment is encoded, summed or decoded, the others' messages are on the wire. Segments
+share the tensor's residuals, so the fused error-feedback kernel (or no feedback) is needed.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..algorithms.common import Steps, partition
+from ..config import defaults
 from ..exchange import allgatherv, alltoallv
+from ..interleave import concurrently
 from .common import Ctx, wire, wire_sizes
+
+#: At most this many segments in flight (each adds messages and a little bookkeeping).
+MAX_SEGMENTS = 8
 
 
 def run(ctx: Ctx) -> Steps:
+    n, p, r = int(np.prod(ctx.x.shape)), ctx.comm.size, ctx.comm.rank
+    count = segment_count(n, p, ctx.fb is None or ctx.fused(ctx.x))
+    if count == 1:
+        yield from _segment(ctx, ctx.x, 0, n, ctx.tag, "", 0, None)
+        return
+    # Segments run interleaved on tags of their own; every rank takes the same tags, in the
+    # same order, before the first message goes out.
+    cuts = partition(n, count)
+    tags = [ctx.tag] + [ctx.comm.next_tag() for _ in cuts[1:]]
+    flat = ctx.x.reshape(-1)
+    starts = np.cumsum([0] + [b - a for a, b in owned_ranges(n, p, r, count)]).tolist()
+    yield from concurrently([
+        _segment(ctx, flat[a:b], a, n, tag, f"/s{s}", starts[s], starts[-1])
+        for s, ((a, b), tag) in enumerate(zip(cuts, tags, strict=True))])
+
+
+def segment_count(n: int, p: int, shared_residual: bool) -> int:
+    """Pipelined segments of a call of n float32 elements on p ranks: one per
+    ``compressed_segment_bytes`` of input, up to MAX_SEGMENTS, and one unless segments can
+    share the tensor's residual (the fused error-feedback kernel, or no feedback)."""
+    per = defaults.compressed_segment_bytes
+    if per <= 0 or p == 1 or not shared_residual:
+        return 1
+    return max(1, min(MAX_SEGMENTS, n * 4 // per))
+
+
+def owned_ranges(n: int, p: int, r: int, count: int) -> list[tuple[int, int]]:
+    """The element ranges rank r owns (one per segment), in the order its owner-side residual
+    stores them."""
+    out = []
+    for a, b in partition(n, count):
+        lo, hi = partition(b - a, p)[r]
+        out.append((a + lo, a + hi))
+    return out
+
+
+def _segment(ctx: Ctx, x: Any, base: int, total: int, tag: int, label: str, owner_base: int,
+             owner_total: int | None) -> Steps:
+    """The scheme on elements [base, base + x.size) of the tensor, on its own tag."""
     p, r = ctx.comm.size, ctx.comm.rank
-    blocks = partition(int(np.prod(ctx.x.shape)), p)
-    payloads = ctx.compress_compensated(ctx.x, ctx.name, blocks,
-                                        [f"{ctx.name}/{j}" for j in range(p)])
+    blocks = partition(int(np.prod(x.shape)), p)
+    payloads = ctx.compress_compensated(x, ctx.name, blocks,
+                                        [f"{ctx.name}{label}/{j}" for j in range(p)],
+                                        base=base, total=total)
     shapes = [(b - a,) for a, b in blocks]
-    got = yield from alltoallv(ctx.comm, ctx.tag, [wire(pl) for pl in payloads],
+    got = yield from alltoallv(ctx.comm, tag, [wire(pl) for pl in payloads],
                                wire_sizes(ctx.comp, shapes, payloads[0].dtype))
     lo, hi = blocks[r]
-    owned = ctx.buffer("owned", hi - lo)
+    owned = ctx.buffer(f"owned{label}", hi - lo)
     for j, data in enumerate(got):  # rank order: the same sum however the messages arrived
         if j == 0:
             ctx.decode_bytes_into(data, owned)
@@ -32,8 +83,9 @@ def run(ctx: Ctx) -> Steps:
             ctx.decode_bytes_add(data, owned)
     # second-level feedback lives with the chunk's owner
     summed, = ctx.compress_compensated(owned, f"{ctx.name}@owner", [(0, hi - lo)],
-                                       [f"{ctx.name}/sum{r}"])
-    pieces = yield from allgatherv(ctx.comm, ctx.tag, wire(summed),
+                                       [f"{ctx.name}{label}/sum{r}"], base=owner_base,
+                                       total=owner_total)
+    pieces = yield from allgatherv(ctx.comm, tag, wire(summed),
                                    wire_sizes(ctx.comp, shapes, summed.dtype))
     for data, (a, b) in zip(pieces, blocks, strict=True):
-        ctx.decode_bytes_into(data, ctx.out[a:b])
+        ctx.decode_bytes_into(data, ctx.out[base + a:base + b])

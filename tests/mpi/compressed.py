@@ -9,7 +9,7 @@ import torch
 import collectives
 import compressors
 from collectives import MismatchError
-from collectives.compressed import SCHEMES, feasible
+from collectives.compressed import SCHEMES, feasible, rsag
 
 from common import WORLD, Checker
 
@@ -108,8 +108,14 @@ def feedback_over_steps(chk: Checker) -> None:
             true_sum += np.sum(WORLD.allgather(g.astype(np.float64)), axis=0)
         res1 = np.sum(WORLD.allgather(fb.residuals["g"].astype(np.float64)), axis=0)
         owner = fb.residuals.get("g@owner")
-        res2 = (np.concatenate(WORLD.allgather(owner.astype(np.float64)))
-                if owner is not None else np.zeros(n))
+        res2 = np.zeros(n)
+        if owner is not None:  # each owner's residual covers its (per-segment) ranges
+            count = rsag.segment_count(n, P, spec.startswith("uniform"))
+            for r, piece in enumerate(WORLD.allgather(owner.astype(np.float64))):
+                at = 0
+                for a, b in rsag.owned_ranges(n, P, r, count):
+                    res2[a:b] += piece[at:at + b - a]
+                    at += b - a
         gap = np.abs(out_sum + res1 + res2 - true_sum).max()
         what = f"feedback telescoping {spec} {scheme}"
         chk.check(gap < 1e-3 * steps, f"{what}: gap {gap:.3g}")
@@ -186,11 +192,24 @@ def refusals_and_mismatches(chk: Checker) -> None:
     chk.check(bool((collectives.allreduce(x, compressor="none") == P).all()), "usable after")
 
 
+def pipelined(chk: Checker) -> None:
+    """The same checks with the reduce-scatter/allgather scheme cut into many segments that
+    run interleaved (tiny segments, so these small tensors get up to 8)."""
+    from collectives.config import defaults
+
+    saved, defaults.compressed_segment_bytes = defaults.compressed_segment_bytes, 512
+    try:
+        for part in (none_equals_plain, nonfinite_on_some_ranks, feedback_over_steps):
+            chk.run(f"pipelined {part.__name__}", part, chk)
+    finally:
+        defaults.compressed_segment_bytes = saved
+
+
 def main() -> None:
     chk = Checker("compressed allreduce")
     for part in (none_equals_plain, every_compressor_every_scheme, nonfinite_on_some_ranks,
                  feedback_over_steps,
-                 powersgd_end_to_end, nonblocking, refusals_and_mismatches):
+                 powersgd_end_to_end, nonblocking, refusals_and_mismatches, pipelined):
         chk.run(part.__name__, part, chk)
     chk.finish()
 
