@@ -14,7 +14,13 @@ from typing import Any
 import numpy as np
 
 from . import kernels
-from ._sparse import check_sparse, decode_sparse, fill_sparse, sparse_layout
+from ._sparse import (
+    SparsifierFeedback,
+    check_sparse,
+    decode_sparse,
+    fill_sparse,
+    sparse_layout,
+)
 from ._util import check_range, numel_of
 from .arrays import to_f32
 from .base import Capabilities, Compressor, Layout, register
@@ -25,7 +31,7 @@ __all__ = ["Threshold"]
 
 @register("threshold")
 @dataclass(frozen=True)
-class Threshold(Compressor):
+class Threshold(SparsifierFeedback, Compressor):
     """Keep values whose magnitude exceeds ``tau``."""
 
     tau: float = 1e-3

@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 
 from . import kernels
-from ._sparse import check_sparse, decode_sparse, fill_sparse, sparse_layout
+from ._sparse import (
+    SparsifierFeedback,
+    check_sparse,
+    decode_sparse,
+    fill_sparse,
+    sparse_layout,
+)
 from ._util import check_range, numel_of
 from .arrays import to_f32
 from .base import Capabilities, Compressor, Layout, register
@@ -35,7 +41,7 @@ def k_of(numel: int, ratio: float) -> int:
 
 @register("topk")
 @dataclass(frozen=True)
-class TopK(Compressor):
+class TopK(SparsifierFeedback, Compressor):
     """Keep the largest ``ratio`` fraction of values by magnitude."""
 
     ratio: float = 0.01

@@ -20,8 +20,12 @@ from .common import Ctx
 
 
 def run(ctx: Ctx) -> Steps:
-    xc = ctx.compensate(ctx.x)
-    payload = ctx.compress(xc, ctx.name)
+    fused = ctx.fb is not None and ctx.fused(ctx.x)
+    if fused:  # the residual is updated as if everything compressed was sent
+        payload, = ctx.compress_compensated(ctx.x, ctx.name)
+    else:
+        xc = ctx.compensate(ctx.x)
+        payload = ctx.compress(xc, ctx.name)
     n = payload.numel
     if "indices" in payload.buffers:  # (indices, values) payloads: top-k, threshold
         vals = payload.buffers["values"]
@@ -41,7 +45,10 @@ def run(ctx: Ctx) -> Steps:
     job = SparseJob(ctx.comm, ctx.tag, idx, val, n, ctx.acc, k,
                     pricing.sparse_dense_threshold(index_dtype(n).itemsize, vb))
     ridx, rval = yield from ALGORITHMS[algo](job)
-    if ctx.fb is not None:
+    if fused and algo == "gtopk":  # what did not survive the global selection stays
+        keep = np.isin(idx, ridx, assume_unique=True)
+        ctx.fb.residuals[ctx.name][idx[~keep]] = val[~keep]
+    elif ctx.fb is not None and not fused:
         if algo == "gtopk":  # only what survived the global selection was sent
             sent = np.zeros(n, ctx.acc)
             keep = np.isin(idx, ridx, assume_unique=True)

@@ -75,3 +75,21 @@ def test_residual_for_makes_zeros_then_returns_the_same_array():
     res += 1
     assert ef.residual_for("w", 10).sum() == 10
     assert not ef.residual_for("w", 12).any()  # another size: a fresh residual
+
+
+@pytest.mark.parametrize("spec", ["topk:ratio=0.01", "topk:ratio=0.05,approximate=true",
+                                  "threshold:tau=1.5"])
+@pytest.mark.parametrize("n", [1, 1009, 50_000])
+def test_sparsifier_feedback_equals_compensate_compress_update(spec, n):
+    c = compressors.get(spec)
+    x, res = _pair(n, n)
+    if n > 10:
+        x[[2, 9]] = [np.inf, np.nan]
+    ef = ErrorFeedback(c)
+    ef.residuals["w"] = res.copy()
+    xc = ef.compensate(x, "w")
+    plain = c.compress(xc, name="w", step=2)
+    ef.update("w", xc, plain)
+    fused = c.compress_feedback(x, res, name="w", step=2)
+    assert fused is not None and fused.to_bytes() == plain.to_bytes()
+    np.testing.assert_array_equal(res, ef.residuals["w"])  # exact: values are sent as they are

@@ -95,8 +95,9 @@ def feedback_over_steps(chk: Checker) -> None:
     n, steps = 999, 25
     for spec, scheme in (("uniform:bits=2", "reduce_scatter_allgather"),
                          ("sign", "reduce_scatter_allgather"), ("topk:ratio=0.02", "sparse"),
-                         ("topk:ratio=0.02", "allgather"), ("fp16", "dense"),
-                         ("qsgd", "allgather")):
+                         ("topk:ratio=0.02", "sparse:gtopk"), ("topk:ratio=0.02", "allgather"),
+                         ("fp16", "dense"), ("qsgd", "allgather")):
+        scheme, _, salgo = scheme.partition(":")
         comp = compressors.get(spec)
         fb = compressors.ErrorFeedback(comp)
         out_sum = np.zeros(n, np.float64)
@@ -104,7 +105,7 @@ def feedback_over_steps(chk: Checker) -> None:
         for t in range(steps):
             g = np.random.default_rng([t, R]).standard_normal(n).astype(np.float32)
             out_sum += collectives.allreduce(g, compressor=comp, scheme=scheme, feedback=fb,
-                                             name="g", step=t)
+                                             name="g", step=t, sparse_algorithm=salgo or "auto")
             true_sum += np.sum(WORLD.allgather(g.astype(np.float64)), axis=0)
         res1 = np.sum(WORLD.allgather(fb.residuals["g"].astype(np.float64)), axis=0)
         owner = fb.residuals.get("g@owner")
