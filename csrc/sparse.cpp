@@ -43,6 +43,22 @@ void dispatch(const HostArray& vals, const HostArray& idx, const char* what, F&&
   else f(double(), int64_t());
 }
 
+// Union of two sorted unique index lists, values of an index in both summed as a + b. Returns
+// the length of the union (the outputs hold na + nb places).
+template <class T>
+size_t merge_t(const int64_t* ia, const T* va, size_t na, const int64_t* ib, const T* vb,
+               size_t nb, int64_t* io, T* vo) {
+  size_t i = 0, j = 0, k = 0;
+  while (i < na && j < nb) {
+    if (ia[i] < ib[j]) { io[k] = ia[i]; vo[k++] = va[i++]; }
+    else if (ib[j] < ia[i]) { io[k] = ib[j]; vo[k++] = vb[j++]; }
+    else { io[k] = ia[i]; vo[k++] = va[i++] + vb[j++]; }
+  }
+  for (; i < na; ++i, ++k) { io[k] = ia[i]; vo[k] = va[i]; }
+  for (; j < nb; ++j, ++k) { io[k] = ib[j]; vo[k] = vb[j]; }
+  return k;
+}
+
 }  // namespace
 
 void register_sparse(nb::module_& m) {
@@ -79,6 +95,29 @@ void register_sparse(nb::module_& m) {
       },
       nb::arg("out"), nb::arg("idx"), nb::arg("vals"), nb::arg("accumulate"),
       "out[idx[j]] = vals[j], or += when accumulate (in list order); bounds-checked.");
+  m.def(
+      "merge_sorted",
+      [](HostArray ia, HostArray va, HostArray ib, HostArray vb, HostArray io, HostArray vo) {
+        const size_t na = ia.size(), nb = ib.size();
+        auto* pia = typed_data<int64_t>(ia, na, "merge_sorted a indices");
+        auto* pib = typed_data<int64_t>(ib, nb, "merge_sorted b indices");
+        auto* pio = typed_data<int64_t>(io, na + nb, "merge_sorted out indices");
+        if (va.dtype() == nb::dtype<float>()) {
+          auto* a = typed_data<float>(va, na, "merge_sorted a values");
+          auto* b = typed_data<float>(vb, nb, "merge_sorted b values");
+          auto* o = typed_data<float>(vo, na + nb, "merge_sorted out values");
+          nb::gil_scoped_release nogil;
+          return merge_t<float>(pia, a, na, pib, b, nb, pio, o);
+        }
+        auto* a = typed_data<double>(va, na, "merge_sorted a values");
+        auto* b = typed_data<double>(vb, nb, "merge_sorted b values");
+        auto* o = typed_data<double>(vo, na + nb, "merge_sorted out values");
+        nb::gil_scoped_release nogil;
+        return merge_t<double>(pia, a, na, pib, b, nb, pio, o);
+      },
+      nb::arg("ia"), nb::arg("va"), nb::arg("ib"), nb::arg("vb"), nb::arg("io"), nb::arg("vo"),
+      "Union of two sorted unique int64 index lists (float32 or float64 values, a + b where "
+      "both have an index) into io/vo; returns its length.");
 }
 
 }  // namespace compcoll

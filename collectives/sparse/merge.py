@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+import _compcoll
+
 # Wire format of one sparse set: [int64 count][indices as int32 or int64][values].
 
 
@@ -33,19 +35,35 @@ def merge(sets: list[tuple[np.ndarray, np.ndarray]], acc: np.dtype
           ) -> tuple[np.ndarray, np.ndarray]:
     """Union of sorted sparse sets, values of equal indices summed in a fixed order.
 
-    A stable sort keeps equal indices in list order and finds the sorted runs the inputs
+    float32/float64: two-way linear merges in list order (((s0 + s1) + s2) ...). Other dtypes:
+    a stable sort keeps equal indices in list order and finds the sorted runs the inputs
     already are (O(n log p)); each group of equal indices is then reduced in that order."""
     sets = [s for s in sets if s[0].size]
     if not sets:
         return np.zeros(0, np.int64), np.zeros(0, acc)
     if len(sets) == 1:
         return sets[0][0], sets[0][1].astype(acc, copy=False)
+    if np.dtype(acc) in (np.float32, np.float64):  # linear two-way merges, in list order
+        idx, val = _contiguous(sets[0], acc)
+        for other in sets[1:]:
+            ib, vb = _contiguous(other, acc)
+            io = np.empty(idx.size + ib.size, np.int64)
+            vo = np.empty(idx.size + ib.size, acc)
+            k = _compcoll.merge_sorted(idx, val, ib, vb, io, vo)
+            idx, val = io[:k], vo[:k]
+        return idx, val
     idx = np.concatenate([s[0] for s in sets])
     val = np.concatenate([s[1] for s in sets]).astype(acc, copy=False)
     order = np.argsort(idx, kind="stable")
     idx, val = idx[order], val[order]
     starts = np.flatnonzero(np.concatenate(([True], idx[1:] != idx[:-1])))
     return idx[starts], np.add.reduceat(val, starts)
+
+
+def _contiguous(s: tuple[np.ndarray, np.ndarray], acc: np.dtype
+                ) -> tuple[np.ndarray, np.ndarray]:
+    return (np.ascontiguousarray(s[0], np.int64),
+            np.ascontiguousarray(s[1], acc))
 
 
 def index_dtype(size: int) -> np.dtype:
