@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from collectives.costmodel import CostParams
-from collectives.policy import AutoPolicy, Layer, Rules, Table, as_policy, solve
+from collectives.policy import AutoPolicy, Layer, Rules, Table, as_policy, canonical, solve
 
 SLOW = CostParams(alpha=5e-5, beta=8e-9, gamma=1e-10)  # ~1 Gbit/s
 
@@ -94,7 +94,7 @@ def _profile(policy: AutoPolicy, layers: list[Layer], steps: range) -> None:
 @pytest.mark.parametrize("budget", [0.0, 0.05, 0.3])
 def test_auto_policy_respects_its_budget_and_leaves_tiny_layers_alone(budget: float) -> None:
     layers = [lay("big", 1 << 17), lay("mid", 1 << 14), lay("tiny", 16, "1d")]
-    policy = AutoPolicy(max_error=budget, first=0, probe_steps=2, cost=SLOW)
+    policy = AutoPolicy(max_error=budget, first=0, probe_steps=2, cost=SLOW, latency="model")
     comm = Ranks()
     assert not policy.update(comm, 0) and policy.wants_profile(0)
     _profile(policy, layers, range(2))
@@ -111,7 +111,8 @@ def test_auto_policy_respects_its_budget_and_leaves_tiny_layers_alone(budget: fl
 
 
 def test_auto_policy_reevaluates_on_a_regime_change() -> None:
-    policy = AutoPolicy(first=0, every=1000, window=2, threshold=0.5, probe_steps=1, cost=SLOW)
+    policy = AutoPolicy(first=0, every=1000, window=2, threshold=0.5, probe_steps=1, cost=SLOW,
+                        latency="model")
     comm, layers = Ranks(), [lay("big", 1 << 12)]
     probes = []
     for step in range(10):
@@ -127,7 +128,9 @@ def test_auto_policy_reevaluates_on_a_regime_change() -> None:
 
 def test_auto_config_is_validated() -> None:
     for kwargs, words in (({"candidates": ("fp16",)}, "none"), ({"max_error": -1}, "max_error"),
-                          ({"every": 0}, "every"), ({"candidates": ("zip",)}, "zip")):
+                          ({"every": 0}, "every"), ({"candidates": ("zip",)}, "zip"),
+                          ({"latency": -1.0}, "latency"), ({"latency": {"none": 1e-3}}, "fp16"),
+                          ({"latency": "fast"}, "latency")):
         with pytest.raises(ValueError, match=words):
             AutoPolicy(**kwargs)
 
@@ -136,11 +139,144 @@ def test_plan_pays_one_latency_per_bucket_and_compressor() -> None:
     from collectives.policy import plan
 
     cands = ("none", "fp16")
-    lat = [plan.latency(4, "none", SLOW), plan.latency(4, "fp16", SLOW)]
+    fixed = [plan.latency(4, "none", SLOW), plan.latency(4, "fp16", SLOW)]
     body = [[1e-3, 0.5e-3], [1e-6, 2e-6]]  # a big layer and a tiny one
-    times = [[b + lat[c] for c, b in enumerate(row)] for row in body]
     errors = [[0.0, 1e-4], [0.0, 1e-4]]
-    fused, _ = plan.plan(4, cands, times, errors, 0.01, 64, SLOW, ["b0", "b0"])
-    apart, _ = plan.plan(4, cands, times, errors, 0.01, 64, SLOW, ["b0", "b1"])
+    fused, _ = plan.plan(cands, body, errors, 0.01, 64, fixed, ["b0", "b0"])
+    apart, _ = plan.plan(cands, body, errors, 0.01, 64, fixed, ["b0", "b1"])
     assert fused == [1, 1]  # the tiny layer rides in the big one's collective
     assert apart == [1, 0]  # alone, it is cheaper uncompressed
+
+
+def test_min_gain_prefers_the_lower_error_on_a_tie() -> None:
+    from collectives.policy import plan
+
+    body = [[10e-6, 9e-6, 5e-6, 8.5e-6]]  # none, then three compressors of rising error
+    errors = [[0.0, 0.01, 0.02, 0.03]]
+    assert plan.prune(body, errors, 2e-6) == [[10e-6, math.inf, 5e-6, math.inf]]
+    pick, _ = plan.plan(("none", "a", "b", "c"), [[10e-6, 9e-6, 9.5e-6, 9e-6]],
+                        errors, 1.0, 64, [0.0] * 4, ["b0"], min_gain=2e-6)
+    assert pick == [0]  # a microsecond is noise: uncompressed, error-free
+
+
+def test_biases_join_their_buckets_collective_rather_than_start_one() -> None:
+    from collectives.policy import plan
+
+    cands = ("none", "fp16", "uniform:bits=8", "uniform:bits=4", "topk:ratio=0.01")
+    big = [20e-3, 10e-3, 5e-3, 2.5e-3, 0.3e-3]  # bodies: compressing a large layer pays
+    tiny = [16e-6, 14e-6, 12e-6, 10e-6, 6e-6]  # a bias: a few microseconds either way
+    body = [big, big] + [tiny] * 30
+    errors = [[0, 1e-6, 1e-4, 1e-3, 0.02],  # bucket 0: topk is fine for this one
+              [0, 1e-6, 1e-4, 1e-3, 0.5]] + [[0, 1e-12, 1e-10, 1e-9, 1e-8]] * 30  # not this
+    buckets = [0] + [1] * 31
+    pick, total = plan.plan(cands, body, errors, 0.3 ** 2, 256, [1e-3] * 5, buckets, 2e-6)
+    assert pick[0] == 4 and pick[1] == 3  # topk alone in bucket 0, uniform:bits=4 in 1
+    assert set(pick[1:]) <= {pick[1], 0}, pick  # no third collective for the biases
+    assert total == pytest.approx(plan.step_time(pick, body, [1e-3] * 5, buckets))
+    assert total < 0.3e-3 + 2.5e-3 + 30 * 6e-6 + 3e-3  # cheaper than biases in topk
+
+
+def _bucket_of_biases(policy: AutoPolicy, steps: range, biases: int = 30) -> list[Layer]:
+    """One DDP bucket: a large weight and many biases (gradients of a known scale)."""
+    layers = [lay("w", 1 << 16)] + [lay(f"b{i:02d}", 64, "1d") for i in range(biases)]
+    rng = np.random.default_rng(2)
+    for step in steps:
+        for layer in layers:
+            scale = 1.0 if layer.name == "w" else 0.01  # biases: a tiny share of the norm
+            policy.observe(step, layer, scale * rng.standard_normal(layer.numel), bucket=0)
+    return layers
+
+
+@pytest.mark.parametrize("latency", [1e-3, {"none": 1e-3, "fp16": 1.2e-3, "uniform:bits=8": 2e-3,
+                                            "uniform:bits=4": 2e-3, "topk:ratio=0.01": 3e-3}])
+def test_a_millisecond_per_collective_keeps_biases_with_the_bucket(latency) -> None:
+    policy = AutoPolicy(max_error=0.3, first=0, probe_steps=1, cost=SLOW, latency=latency)
+    comm = Ranks()
+    policy.update(comm, 0)
+    layers = _bucket_of_biases(policy, range(1))
+    policy.update(comm, 1)
+    used = set(policy.decisions.values())
+    big = policy.decisions["w"]
+    assert big != "none" and used <= {big, "none"}, policy.table()  # at most two collectives
+    assert policy.total_error <= 0.3 + 1e-12
+    assert len(policy.decisions) == len(layers)
+    assert "one collective (us): none 1000" in policy.table()
+
+
+def test_measured_latency_is_the_slowest_ranks_median_on_every_rank(monkeypatch) -> None:
+    from collectives.policy import latency
+
+    cands = ("none", "fp16", "topk:ratio=0.01")
+    cost = {"none": 1e-3, "fp16": 2e-3, "topk:ratio=0.01": 4e-3}
+
+    class Clock:  # each call takes its candidate's time, (1 + rank) times over on rank r
+        now, rank, calls = 0.0, 0, 0
+
+        def perf_counter(self) -> float:
+            return self.now
+
+        def allreduce(self, buf, *, comm, compressor=None, algorithm=None, **kw) -> None:
+            spec = "none" if compressor is None else \
+                next(s for s in cands if s.split(":")[0] == compressor.name)
+            assert kw.get("validate") is False and kw.get("feedback") is None
+            assert compressor is not None or algorithm == "mpi"  # the plain path, engine's
+            first = self.calls < len(cands)
+            self.calls += 1
+            self.now += cost[spec] * (1 + self.rank) * (50 if first else 1)  # warm-up: slow
+
+    clock = Clock()
+    monkeypatch.setattr(latency, "time", clock)
+    monkeypatch.setattr(latency, "api", clock)
+
+    class Rank:
+        size, engine = 4, "mpi"
+
+        def __init__(self, rank: int, table=None) -> None:
+            self.rank, self.table = rank, table
+
+        def allgather_ints(self, values, collective="", timeout=None):
+            return self.table
+
+    mine = []
+    for r in range(4):
+        clock.rank, clock.calls = r, 0
+        mine.append(latency.medians(Rank(r), cands, repeats=3))
+    np.testing.assert_allclose(mine[1], 2 * mine[0], rtol=1e-6)  # the warm-up is left out
+    table = np.stack(mine)
+    agreed = [latency.slowest(Rank(r, table), cands, mine[r]) for r in range(4)]
+    assert all(a == agreed[0] for a in agreed)  # every rank plans with the same numbers
+    assert agreed[0] == pytest.approx({s: 4 * t for s, t in cost.items()}, rel=1e-6)
+
+
+def test_measured_latency_is_kept_and_survives_a_state_dict(monkeypatch) -> None:
+    from collectives.policy import auto
+
+    seconds = (("none", 2e-3), ("fp16", 3e-3), ("uniform:bits=8", 3e-3), ("uniform:bits=4", 3e-3),
+               ("topk:ratio=0.01", 5e-3))
+    measured = {canonical(k): v for k, v in seconds}
+    calls = []
+
+    def measure(comm, cands, plain=None, **kw):
+        calls.append(plain)
+        return {c: measured[c] for c in cands}
+
+    monkeypatch.setattr(auto.latencies, "measure", measure)
+    comm = Ranks()
+    comm._cost_params = SLOW  # the fitted model of this "machine"
+    policy = AutoPolicy(max_error=0.3, first=0, probe_steps=1, every=3)
+    policy.update(comm, 0)
+    _bucket_of_biases(policy, range(1))
+    policy.update(comm, 1, plain="torch")
+    assert calls == ["torch"] and policy.measured["seconds"] == measured
+    assert any(e["event"] == "collective latency measured" for e in policy.log)
+    fresh = AutoPolicy(max_error=0.3, first=0, probe_steps=1, every=3)
+    fresh.load_state_dict(policy.state_dict())
+    assert fresh.measured == policy.measured and fresh.collective_s == policy.collective_s
+    for p in (policy, fresh):  # the next decision reuses it: the same prices on both
+        p.update(comm, 4)
+        assert p.wants_profile(4)
+        _bucket_of_biases(p, range(4, 5))
+        p.update(comm, 5)
+        assert sum(e["event"].startswith("decided") for e in p.log) == 2
+    assert calls == ["torch"] and fresh.collective_s == policy.collective_s
+    assert policy.collective_s["none"] == pytest.approx(2e-3)  # cost fitted here: as measured

@@ -107,7 +107,8 @@ class CompressionState:
         """Called for bucket 0, when nothing is in flight: count, let the policy decide."""
         self.current, self.step = self.step, self.step + 1
         if self.policy.adaptive and self.current >= self.start_step:
-            if self.policy.update(self.communicator(), self.current):  # type: ignore[attr-defined]
+            policy: Any = self.policy
+            if policy.update(self.communicator(), self.current, plain=self.plain_algorithm()):
                 self.version += 1
 
     def groups(self, index: int, params: list[Any], ranges: list[tuple[int, int]]

@@ -4,7 +4,11 @@ Every ``every`` steps, or when the gradient regime changes, the policy profiles 
 ``probe_steps`` steps (relative error of every candidate inside error feedback, compress and
 decompress time on this machine), prices each layer's allreduce with the fitted cost model
 (``pricing.predict_scheme`` over the schemes the compressor can use) and picks per layer by
-dynamic programming over the discretised budget (L-GreCo, Markov et al. 2024). The regime
+dynamic programming over the discretised budget (L-GreCo, Markov et al. 2024). Layers of a
+DDP bucket that share a compressor are fused into one collective, so each (bucket,
+compressor) pair pays the fixed cost of one collective, measured at the first decision by
+timing real calls through this stack (``latency.measure``): milliseconds with Python, several
+message rounds and ranks sharing cores, where the model's alpha says microseconds. The regime
 signal is Accordion's (Agarwal et al. 2021): the relative change of the averaged gradient's
 norm between consecutive windows of ``window`` steps above ``threshold``.
 
@@ -18,12 +22,14 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import costmodel
+from . import latency as latencies
 from . import plan
 from .base import Policy, canonical, short
 from .layers import Layer
@@ -45,8 +51,9 @@ class AutoConfig:
     threshold: float = 0.5
     bins: int = 256
     initial: str = "none"
-    #: A compressor must beat sending uncompressed by this many seconds per layer to be
-    #: chosen, so timing noise of a few microseconds never compresses a tiny layer.
+    #: Seconds below which a predicted gain is timing noise: a layer's option must beat
+    #: every option of lower error by more than this to be considered (on a tie the lower
+    #: error wins), and regrouping a bucket must save more than this.
     min_gain: float = 2e-6
     #: Layers smaller than this are sent uncompressed: they cannot save bandwidth worth the
     #: error (biases, norm scales), whatever a few microseconds of timing noise suggest.
@@ -76,15 +83,29 @@ class AutoConfig:
 
 
 class AutoPolicy(Policy):
-    """Profiles, prices and decides per layer; see the module doc. ``cost`` overrides the
-    cost model fitted on the communicator (to plan for a network that is not this one)."""
+    """Profiles, prices and decides per layer; see the module doc.
+
+    ``cost`` overrides the cost model fitted on the communicator (to plan for a network that
+    is not this one). ``latency`` is the fixed cost of one collective per candidate: None
+    measures it at the first decision and keeps it (in ``state_dict`` too, so a resumed run
+    prices alike); with ``cost`` given, the measured overhead of this stack over this
+    machine's modelled latency is added to the model's latency under ``cost``, since the same
+    code on the same cores still runs each collective (``latency.fixed``). "model" uses the
+    model's one-element price alone; a number or {spec: seconds} is used as it is.
+    """
 
     adaptive = True
 
     def __init__(self, config: AutoConfig | None = None, *,
-                 cost: costmodel.CostParams | None = None, **options: Any) -> None:
+                 cost: costmodel.CostParams | None = None,
+                 latency: str | float | Mapping[str, float] | None = None,
+                 **options: Any) -> None:
         self.config = config or AutoConfig(**options)
         self.cost = cost
+        self.latency = latencies.check(latency, self.config.candidates)
+        #: What ``latency.measure`` found: ranks, seconds and overhead per candidate.
+        self.measured: dict[str, Any] | None = None
+        self.collective_s: dict[str, float] = {}  # fixed cost per candidate, last decision
         self.decisions: dict[str, str] = {}
         self.rows: list[dict[str, Any]] = []
         self.log: list[dict[str, Any]] = []
@@ -114,14 +135,15 @@ class AutoPolicy(Policy):
         """Squared norm of (part of) the averaged gradient of ``step``."""
         self._norms[step] = self._norms.get(step, 0.0) + float(sq_norm)
 
-    def update(self, comm: Any, step: int) -> bool:
+    def update(self, comm: Any, step: int, *, plain: str | None = None) -> bool:
         """At the start of ``step`` (nothing in flight): decide if a profile is complete,
-        schedule the next one if due. Collective when it decides. True if decisions changed."""
+        schedule the next one if due. Collective when it decides. True if decisions changed.
+        ``plain`` is the algorithm of uncompressed groups (None: the communicator's engine)."""
         cfg, changed = self.config, False
         self._check_regime(step)
         if self._probe_start is not None and step >= self._probe_start + cfg.probe_steps:
             old = dict(self.decisions)
-            self._decide(comm, step)
+            self._decide(comm, step, plain)
             changed = old != self.decisions
             self._probe_start, self._profiler = None, Profiler(cfg.candidates)
         if self._probe_start is None:
@@ -148,7 +170,7 @@ class AutoPolicy(Policy):
             self.log.append({"step": step, "event": "regime change",
                              "norm_change": abs(cur - prev) / prev})
 
-    def _decide(self, comm: Any, step: int) -> None:
+    def _decide(self, comm: Any, step: int, plain: str | None) -> None:
         if not self._profiler.stats:  # no gradient was seen (the same on every rank)
             self.log.append({"step": step, "event": "nothing profiled; decisions kept"})
             return
@@ -162,25 +184,47 @@ class AutoPolicy(Policy):
             cols = row[1:].reshape(len(cands), PER_CANDIDATE)
             r = np.sqrt(cols[:, 0] / np.maximum(cols[:, 1], 1e-300))
             small = layer.numel < self.config.min_numel
-            times.append([plan.price(comm.size, layer, spec, col, cost) if spec == "none" else
-                          math.inf if small else
-                          plan.price(comm.size, layer, spec, col, cost) + self.config.min_gain
+            times.append([math.inf if small and spec != "none" else
+                          plan.price(comm.size, layer, spec, col, cost)
                           for spec, col in zip(cands, cols, strict=True)])
             errors.append([float(w * x * x) for x in r])
             rel.append(r)
+        body = plan.bodies(comm.size, cands, times, cost)
+        fixed = self._fixed(comm, step, cost, plain)
         buckets = [self._profiler.buckets.get(lay.name, lay.name) for lay in layers]
-        pick, total = plan.plan(comm.size, cands, times, errors, self.config.max_error ** 2,
-                                self.config.bins, cost, buckets)
+        pick, total = plan.plan(cands, body, errors, self.config.max_error ** 2,
+                                self.config.bins, fixed, buckets, self.config.min_gain)
         self.decisions = {lay.name: cands[c] for lay, c in zip(layers, pick, strict=True)}
+        self.collective_s = dict(zip(cands, fixed, strict=True))
         self.rows = [{"layer": lay.name, "numel": lay.numel, "kind": lay.kind,
                       "compressor": cands[c], "bytes": int(row[1:].reshape(-1, PER_CANDIDATE)
                                                            [c, 4]),
-                      "predicted_us": times[i][c] * 1e6, "error": float(rel[i][c])}
+                      "predicted_us": (body[i][c] + fixed[c]) * 1e6, "error": float(rel[i][c])}
                      for i, (lay, c, row) in enumerate(zip(layers, pick, rows, strict=True))]
         self.total_error = math.sqrt(sum(errors[i][c] for i, c in enumerate(pick)))
         self.log.append({"step": step, "event": f"decided ({self._reason})",
-                         "predicted_s": total,
-                         "error": self.total_error})
+                         "predicted_s": total, "error": self.total_error,
+                         "collective_us": {k: v * 1e6 for k, v in self.collective_s.items()}})
+
+    def _fixed(self, comm: Any, step: int, cost: costmodel.CostParams,
+               plain: str | None) -> list[float]:
+        """Seconds of one collective per candidate (see the class doc); measures once."""
+        cands, p = self.config.candidates, comm.size
+        if self.latency == "model":
+            return [plan.latency(p, spec, cost) for spec in cands]
+        if isinstance(self.latency, Mapping):
+            return [self.latency[spec] for spec in cands]
+        if self.latency is not None:
+            return [float(self.latency)] * len(cands)
+        m = self.measured
+        if m is None or m["ranks"] != p or set(m["overhead_s"]) != set(cands):
+            seconds = latencies.measure(comm, cands, plain)
+            here = costmodel.params(comm)
+            m = self.measured = {"ranks": p, "seconds": seconds,
+                                 "overhead_s": latencies.overhead(p, seconds, here)}
+            self.log.append({"step": step, "event": "collective latency measured",
+                             "latency_us": {k: v * 1e6 for k, v in seconds.items()}})
+        return latencies.fixed(p, cands, m["overhead_s"], cost)
 
     def table(self, layers: list[Layer] | None = None) -> str:
         """The last decision: layer, numel, compressor, bytes, predicted time, error."""
@@ -194,10 +238,14 @@ class AutoPolicy(Policy):
                   for r in self.rows]
         lines.append(f"total relative error {self.total_error:.4f} (budget "
                      f"{self.config.max_error})")
+        if self.collective_s:
+            lines.append("one collective (us): " + ", ".join(
+                f"{short(k)} {v * 1e6:.0f}" for k, v in self.collective_s.items()))
         return "\n".join(lines)
 
     def state_dict(self) -> dict[str, Any]:
-        keep = ("decisions", "rows", "log", "total_error", "_probe_start", "_reason",
+        keep = ("decisions", "rows", "log", "total_error", "measured", "collective_s",
+                "_probe_start", "_reason",
                 "_last_eval", "_norms", "_prev_window", "_regime")
         state = {k: getattr(self, k) for k in keep}
         state["profiler"] = self._profiler.state_dict()
@@ -209,3 +257,4 @@ class AutoPolicy(Policy):
         self._profiler.load_state_dict(state.pop("profiler"))
         for k, v in state.items():
             setattr(self, k, v)
+

@@ -35,33 +35,97 @@ def latency(p: int, spec: str, cost: costmodel.CostParams) -> float:
                for s in feasible(comp))
 
 
-def plan(p: int, cands: tuple[str, ...], times: list[list[float]], errors: list[list[float]],
-         budget: float, bins: int, cost: costmodel.CostParams,
-         buckets: list[Hashable]) -> tuple[list[int], float]:
+def bodies(p: int, cands: tuple[str, ...], times: list[list[float]],
+           cost: costmodel.CostParams) -> list[list[float]]:
+    """Each layer's price (``times[i][c]``, :func:`price` under ``cost``) less the model's
+    latency of its candidate: what the layer adds to a collective it shares (at least 0)."""
+    lat = [latency(p, spec, cost) for spec in cands]
+    return [[max(t - lat[c], 0.0) for c, t in enumerate(row)] for row in times]
+
+
+def prune(body: list[list[float]], errors: list[list[float]],
+          min_gain: float) -> list[list[float]]:
+    """Bodies with every option that is not faster than each lower-error option of its layer
+    by more than ``min_gain`` set to inf: a smaller gain is timing noise, and on a tie the
+    lower error wins. The least-error option of each layer always stays."""
+    out = []
+    for row, err in zip(body, errors, strict=True):
+        out.append([t if t < min((u for u, f in zip(row, err, strict=True) if f < e),
+                                 default=math.inf) - min_gain else math.inf
+                    for t, e in zip(row, err, strict=True)])
+    return out
+
+
+def plan(cands: tuple[str, ...], body: list[list[float]], errors: list[list[float]],
+         budget: float, bins: int, fixed: list[float], buckets: list[Hashable],
+         min_gain: float = 0.0) -> tuple[list[int], float]:
     """Per-layer choice and its predicted step time, counting fusion.
 
-    Layers of one bucket that share a compressor travel in one collective, so a compressor's
-    latency is paid once per bucket that uses it, not per layer (``buckets[i]`` names layer
-    i's bucket). The dynamic program runs on each subset of candidates on latency-free layer
-    prices; the latencies of the (bucket, compressor) pairs its plan uses are added, and the
-    cheapest plan wins.
+    Layers of one bucket that share a compressor travel in one collective, so candidate c's
+    fixed cost ``fixed[c]`` (seconds per collective, see ``latency``) is paid once per bucket
+    that uses it (``buckets[i]`` names layer i's bucket), and ``body[i][c]`` (see
+    :func:`bodies`) once per layer. The dynamic program runs on each subset of candidates,
+    on the bodies :func:`prune` keeps; then :func:`regroup` moves whole groups within their
+    bucket while that saves collectives; the cheapest plan wins.
     """
-    lat = [latency(p, spec, cost) for spec in cands]
-    body = [[max(t - lat[c], 0.0) for c, t in enumerate(row)] for row in times]
-    n = len(cands)
+    n, base = len(cands), cands.index("none") if "none" in cands else None
+    kept = prune(body, errors, min_gain)
     subsets = [[c for c in range(n) if mask >> c & 1] for mask in range(1, 1 << n)] \
         if n <= 8 else [list(range(n))]
     best: tuple[float, list[int]] | None = None
     for sub in subsets:
         allowed = set(sub)
-        masked = [[t if c in allowed else math.inf for c, t in enumerate(row)] for row in body]
+        masked = [[t if c in allowed else math.inf for c, t in enumerate(row)] for row in kept]
         try:
             pick = solve(masked, errors, budget, bins)
         except ValueError:  # this subset cannot meet the budget (the one of "none" can)
             continue
-        pairs = {(buckets[i], c) for i, c in enumerate(pick)}
-        total = sum(body[i][c] for i, c in enumerate(pick)) + sum(lat[c] for _, c in pairs)
+        pick = regroup(pick, body, errors, fixed, buckets, budget, min_gain, base)
+        total = step_time(pick, body, fixed, buckets)
         if best is None or total < best[0]:
             best = (total, pick)
     assert best is not None
     return best[1], best[0]
+
+
+def step_time(pick: list[int], body: list[list[float]], fixed: list[float],
+              buckets: list[Hashable]) -> float:
+    """Predicted seconds of a plan: every layer's body, every (bucket, compressor) once."""
+    pairs = {(buckets[i], c) for i, c in enumerate(pick)}
+    return sum(body[i][c] for i, c in enumerate(pick)) + sum(fixed[c] for _, c in pairs)
+
+
+def regroup(pick: list[int], body: list[list[float]], errors: list[list[float]],
+            fixed: list[float], buckets: list[Hashable], budget: float, min_gain: float,
+            base: int | None) -> list[int]:
+    """Move whole groups (the layers of a bucket sharing a candidate) while it pays.
+
+    A group may move to ``base`` (the error-free candidate) or into another group of its
+    bucket; a move is taken when it saves more than ``min_gain`` seconds within the budget,
+    or lowers the error at no extra time, best first. So a small layer keeps a compressor
+    only where its bucket sends that compressor anyway: a collective of its own costs more
+    than its few bytes save. Each move lowers (time, error) lexicographically: it ends.
+    """
+    pick = list(pick)
+    err = sum(errors[i][c] for i, c in enumerate(pick))
+    while True:
+        groups: dict[tuple[Hashable, int], list[int]] = {}
+        for i, c in enumerate(pick):
+            groups.setdefault((buckets[i], c), []).append(i)
+        best: tuple[tuple[float, float], list[int], int] | None = None
+        for (b, c), members in groups.items():
+            targets = {d for bb, d in groups if bb == b} | ({base} if base is not None else set())
+            for d in targets - {c}:
+                dt = sum(body[i][d] - body[i][c] for i in members) - fixed[c] \
+                    + (0.0 if (b, d) in groups else fixed[d])
+                de = sum(errors[i][d] - errors[i][c] for i in members)
+                if err + de > budget or not (dt < -min_gain or (dt <= 0 and de < 0)):
+                    continue
+                if best is None or (dt, de) < best[0]:
+                    best = ((dt, de), members, d)
+        if best is None:
+            return pick
+        (_, de), members, d = best
+        for i in members:
+            pick[i] = d
+        err += de

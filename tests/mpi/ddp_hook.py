@@ -115,6 +115,12 @@ def auto(chk: Checker) -> None:
     same = WORLD.allgather(table)
     chk.check(len(set(same)) == 1, "every rank reached the same decision")
     chk.check(policy.total_error <= 0.3 + 1e-9, f"budget: {policy.total_error}")
+    measured = policy.measured
+    chk.check(measured is not None and measured["ranks"] == WORLD.size
+              and all(0 < s < 10 for s in measured["seconds"].values()),
+              f"one collective per candidate measured: {measured}")
+    chk.check(len(set(map(repr, WORLD.allgather(measured)))) == 1,
+              "every rank measured the same latencies")
     if WORLD.rank == 0:
         print(table)
 
