@@ -103,7 +103,9 @@ def plot(path: str, rows: list[dict[str, Any]], title: str,
     if limit_GBps is not None:
         ax.axhline(limit_GBps, color="black", linestyle=":",
                    label=f"link rate ({limit_GBps * 1e3:.0f} MB/s)")
-        ax.set_ylim(0, limit_GBps * 1.1)
+        # compressed rows' effective busbw may pass the link rate: keep them in view
+        top = max([limit_GBps] + [r["busbw_GBps"] for r in rows if r.get("busbw_GBps")])
+        ax.set_ylim(0, top * 1.1)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message size (bytes)")
     compressed = any(row.get("compressor", "none") != "none" for row in rows)
