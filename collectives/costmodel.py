@@ -15,8 +15,9 @@ p != p' (the extra ranks hand their vector over and get the result back).
                         + (L + k - 1)*(alpha + s*beta)                  (broadcast)
 
 alpha and beta come from a probe: every rank exchanges messages of several sizes with its ring
-neighbours at once (so links are loaded as during a collective) and a least-squares line is
-fitted to the median times; gamma times the C++ reduction kernel. The per-rank values are
+neighbours at once (so links are loaded as during a collective); beta is the marginal time per
+byte between the two largest sizes and alpha the time of the smallest (8 bytes);
+gamma times the C++ reduction kernel. The per-rank values are
 combined (maximum: the slowest link paces a collective) so every rank holds the same model
 and "auto" picks the same algorithm everywhere.
 """
@@ -117,14 +118,22 @@ def measure_gamma(nbytes: int = 4 << 20, reps: int = 5) -> float:
     return float(np.median(times)) / nbytes
 
 
-def fit(comm: Communicator, sizes: tuple[int, ...] = (8, 1 << 12, 1 << 16, 1 << 20, 4 << 20),
+def fit(comm: Communicator, sizes: tuple[int, ...] = (8, 1 << 12, 1 << 16, 4 << 20, 16 << 20),
         reps: int = 5) -> CostParams:
-    """Fit alpha, beta (probe of ``comm``) and gamma (kernel timing); collective, same on all."""
+    """Fit alpha, beta (probe of ``comm``) and gamma (kernel timing); collective, same on all.
+
+    Two regimes, fitted apart: beta is the marginal time per byte between the two largest
+    probes (a rate limiter's burst allowance, or caches, make the first megabyte cheaper than
+    the rest, and a line through all sizes took that for bandwidth), alpha the time of the
+    smallest exchange."""
     if comm.size == 1:
         return CostParams(0.0, 0.0, measure_gamma())
     t = np.array([_probe_exchange(comm, m, reps) for m in sizes])
     m = np.array(sizes, dtype=np.float64)
-    beta, alpha = np.polyfit(m, t, 1, w=1.0 / np.maximum(t, 1e-9))  # relative error weighting
+    beta = (t[-1] - t[-2]) / (m[-1] - m[-2])
+    if not beta > 0:  # noise swamped the difference: fall back to the largest probe's rate
+        beta = t[-1] / m[-1]
+    alpha = float(t[0] - beta * m[0])  # the smallest exchange: all latency
     mine = np.array([max(alpha, 1e-7), max(beta, 1e-12), measure_gamma()], dtype=np.float64)
     table = comm.allgather_ints(mine.view(np.int64), collective="cost-model fit")
     worst = table.view(np.float64).max(axis=0)  # slowest rank paces the collective

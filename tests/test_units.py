@@ -55,6 +55,26 @@ def test_cost_model_formulas_and_choice() -> None:
         costmodel.predict("mpi", 4, 10, c)
 
 
+def test_cost_fit_takes_bandwidth_from_the_largest_probes(monkeypatch) -> None:
+    """A shaped link passes its first 250 KB at line rate (the token bucket's burst), then
+    8 ns/B: the fit must report the 8 ns/B, and the latency, not a line through both."""
+    alpha, beta, burst = 50e-6, 8e-9, 250_000
+
+    def probe(comm, nbytes: int, reps: int) -> float:
+        return alpha + max(nbytes - burst, 0) * beta + min(nbytes, burst) * 0.5e-9
+
+    class Comm:
+        size = 4
+
+        def allgather_ints(self, values, collective=""):
+            return np.stack([np.asarray(values)] * 4)
+
+    monkeypatch.setattr(costmodel, "_probe_exchange", probe)
+    c = costmodel.fit(Comm())  # type: ignore[arg-type]
+    assert c.beta == pytest.approx(beta, rel=1e-6)
+    assert c.alpha == pytest.approx(alpha, rel=0.05)
+
+
 def test_dtype_and_op_errors_name_the_supported_values() -> None:
     with pytest.raises(ValueError, match="supported: float16, bfloat16"):
         dtypes.lookup("complex64")
