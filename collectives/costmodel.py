@@ -10,9 +10,10 @@ p != p' (the extra ranks hand their vector over and get the result back).
                         (+ alpha per extra segment of a block: ceil(n/(p*s)) messages a step)
     recursive_doubling  log2(p')*(alpha + n*beta + n*gamma) + F
     rabenseifner        2*log2(p')*alpha + 2(p'-1)/p' * n*beta + (p'-1)/p' * n*gamma + F
-    tree                reduce + broadcast pipelined over k = ceil(n/s) segments:
-                        (L + k - 1)*(alpha + s*beta) + k*L*s*gamma      (reduce, L children)
-                        + (L + k - 1)*(alpha + s*beta)                  (broadcast)
+    tree                reduce + broadcast pipelined over k = ceil(n/s) segments, each step
+                        paced by the root, whose one link carries a segment per child:
+                        (L + k - 1)*(alpha + L*s*beta) + k*L*s*gamma    (reduce, L children)
+                        + (L + k - 1)*(alpha + L*s*beta)                (broadcast)
 
 alpha and beta come from a probe: every rank exchanges messages of several sizes with its ring
 neighbours at once (so links are loaded as during a collective); beta is the marginal time per
@@ -82,7 +83,8 @@ def predict(algorithm: str, p: int, nbytes: int, c: CostParams,
         L = _ceil_log2(p)
         k = max(1, math.ceil(n / s))
         seg = min(s, n)
-        return 2 * (L + k - 1) * (c.alpha + seg * c.beta) + k * L * seg * c.gamma
+        # a pipeline step is paced by the root: L segments a step through its one link
+        return 2 * (L + k - 1) * (c.alpha + L * seg * c.beta) + k * L * seg * c.gamma
     raise ValueError(f"no cost formula for algorithm {algorithm!r}; have: {', '.join(MODELED)}")
 
 
