@@ -107,8 +107,9 @@ def _probe_exchange(comm: Communicator, nbytes: int, reps: int) -> float:
     return float(np.median(times))
 
 
-def measure_gamma(nbytes: int = 4 << 20, reps: int = 5) -> float:
-    """Seconds per byte of the float32 sum kernel (the reduction in every algorithm)."""
+def measure_gamma(nbytes: int = 32 << 20, reps: int = 3) -> float:
+    """Seconds per byte of the float32 sum kernel (the reduction in every algorithm), on
+    arrays larger than the caches, as the large reductions that gamma prices stream them."""
     f32 = BY_NAME["float32"]
     a = np.ones(nbytes // 4, dtype=np.float32)
     b = np.ones_like(a)
