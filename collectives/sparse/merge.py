@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-import _compcoll
-
 # Wire format of one sparse set: [int64 count][indices as int32 or int64][values].
 
 
@@ -44,6 +42,8 @@ def merge(sets: list[tuple[np.ndarray, np.ndarray]], acc: np.dtype
     if len(sets) == 1:
         return sets[0][0], sets[0][1].astype(acc, copy=False)
     if np.dtype(acc) in (np.float32, np.float64):  # linear two-way merges, in list order
+        import _compcoll  # here, not at import: `compcoll doctor` must run without the build
+
         idx, val = _contiguous(sets[0], acc)
         for other in sets[1:]:
             ib, vb = _contiguous(other, acc)
