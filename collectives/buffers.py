@@ -27,6 +27,15 @@ class Prepared:
     dtype: DType
     finish: Callable[[], Any]
     kind: str  # "numpy", "torch", "torch-cuda", "cuda-array"
+    #: the caller's input (flat, raw dtype) when ``prepare(..., copy_input=False)`` left it
+    #: where it is: ``work`` is then the output buffer, uninitialised
+    source: np.ndarray | None = None
+
+    def load(self) -> None:
+        """Copy the input into ``work`` if it was left in ``source``."""
+        if self.source is not None:
+            np.copyto(self.work, self.source)
+            self.source = None
 
 
 def _is_torch(x: Any) -> bool:
@@ -47,7 +56,16 @@ def _numpy_raw(a: np.ndarray, dtype: DType) -> np.ndarray:
     return a.reshape(-1).view(dtype.raw)
 
 
-def _prepare_numpy(buf: np.ndarray, out: Any) -> Prepared:
+def _leave_or_copy(work: np.ndarray, src: np.ndarray, copy_input: bool) -> np.ndarray | None:
+    """Copy the input into work, or hand it back to be read where it is (never when the two
+    overlap: the collective writes work while it reads its input)."""
+    if copy_input or np.shares_memory(work, src):
+        np.copyto(work, src)
+        return None
+    return src
+
+
+def _prepare_numpy(buf: np.ndarray, out: Any, copy_input: bool) -> Prepared:
     dtype = from_numpy(buf.dtype)
     if out is not None:
         _check_out(buf, out, np.ndarray)
@@ -55,9 +73,9 @@ def _prepare_numpy(buf: np.ndarray, out: Any) -> Prepared:
     target = np.empty_like(buf, order="C") if out is None else out
     if target.flags.c_contiguous:
         work = _numpy_raw(target, dtype)
-        if not inplace:
-            np.copyto(work, _numpy_raw(np.ascontiguousarray(buf), dtype))
-        return Prepared(work, dtype, lambda: target, "numpy")
+        source = None if inplace else _leave_or_copy(
+            work, _numpy_raw(np.ascontiguousarray(buf), dtype), copy_input)
+        return Prepared(work, dtype, lambda: target, "numpy", source)
     work = _numpy_raw(np.array(buf, order="C"), dtype)  # one copy, never aliasing buf
 
     def finish() -> np.ndarray:
@@ -67,7 +85,7 @@ def _prepare_numpy(buf: np.ndarray, out: Any) -> Prepared:
     return Prepared(work, dtype, finish, "numpy")
 
 
-def _prepare_torch_cpu(buf: Any, out: Any) -> Prepared:
+def _prepare_torch_cpu(buf: Any, out: Any, copy_input: bool) -> Prepared:
     import torch
 
     dtype = lookup(str(buf.dtype))
@@ -77,9 +95,9 @@ def _prepare_torch_cpu(buf: Any, out: Any) -> Prepared:
     target = torch.empty_like(buf, memory_format=torch.contiguous_format) if out is None else out
     if target.is_contiguous():
         work = _torch_raw(target)
-        if not inplace:
-            np.copyto(work, _torch_raw(buf.contiguous()))
-        return Prepared(work, dtype, lambda: target, "torch")
+        source = None if inplace else _leave_or_copy(work, _torch_raw(buf.contiguous()),
+                                                     copy_input)
+        return Prepared(work, dtype, lambda: target, "torch", source)
     staged = buf.detach().clone(memory_format=torch.contiguous_format)  # never aliases buf
     work = _torch_raw(staged)
 
@@ -172,12 +190,17 @@ def _check_out(buf: Any, out: Any, kind: type) -> None:
         )
 
 
-def prepare(buf: Any, out: Any = None) -> Prepared:
-    """Get a host working copy (or view) of ``buf``; ``out is buf`` means in place."""
+def prepare(buf: Any, out: Any = None, copy_input: bool = True) -> Prepared:
+    """Get a host working copy (or view) of ``buf``; ``out is buf`` means in place.
+
+    ``copy_input=False``: a host input out of place may stay where it is (``source``) for a
+    collective that reads all of it before writing ``work``; others are copied as usual."""
     if isinstance(buf, np.ndarray):
-        return _prepare_numpy(buf, out)
+        return _prepare_numpy(buf, out, copy_input)
     if _is_torch(buf):
-        return _prepare_torch_cuda(buf, out) if buf.is_cuda else _prepare_torch_cpu(buf, out)
+        if buf.is_cuda:
+            return _prepare_torch_cuda(buf, out)
+        return _prepare_torch_cpu(buf, out, copy_input)
     if device.cuda_interface(buf) is not None:
         return _prepare_cuda_array(buf, out)
     raise TypeError(

@@ -48,7 +48,9 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
         raise ValueError("pass name=: error feedback keeps one residual per tensor name")
     check_scheme(scheme, comp)
     shape = tuple(buf.shape)
-    prepared = buffers.prepare(buf, out)
+    # Out of place, every scheme reads its whole input before writing the sum: the input is
+    # read where it is, and the caller's output buffer is the working array (no copy).
+    prepared = buffers.prepare(buf, out, copy_input=False)
     dtype = prepared.dtype
     if not dtype.is_float:
         raise ValueError(f"compressed allreduce needs a floating-point buffer, got {dtype.name}")
@@ -72,9 +74,12 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
         costmodel.params(c)  # fit now, collectively, not midway through the steps
     if scheme == "auto":
         scheme = choose(c, comp, prepared.work.size, dtype.itemsize, schemes)
+    if op == "avg" and dtype.itemsize == 2:
+        prepared.load()  # the input is scaled in place first
     ops.prescale(prepared.work, dtype, op, c.size)  # fp16/bf16 average: divide first
+    source = prepared.source if prepared.source is not None else prepared.work
     ctx = make_ctx(c, c.next_tag(), comp, feedback, name or "buffer", step,
-                   _input_view(prepared.work, dtype, shape), dtype, algorithm=algorithm,
+                   _input_view(source, dtype, shape), dtype, algorithm=algorithm,
                    sparse_algorithm=sparse_algorithm, k=k)
     # Every scheme reads its input before writing the sum, so the sum may land in the
     # caller's buffer directly when no rounding to a narrower dtype is needed.

@@ -46,6 +46,7 @@ def none_equals_plain(chk: Checker) -> None:
 
 def every_compressor_every_scheme(chk: Checker) -> None:
     x = np.random.default_rng([1, R]).standard_normal((32, 40)).astype(np.float32)
+    x0 = x.copy()
     exact = collectives.allreduce(x)
     for spec in SPECS:
         comp = compressors.get(spec)
@@ -56,6 +57,7 @@ def every_compressor_every_scheme(chk: Checker) -> None:
                         feedback=compressors.ErrorFeedback(comp), name="w", stats=stats)
             if y is None:
                 continue
+            chk.check(np.array_equal(x, x0), f"{what}: out of place, the input is untouched")
             chk.identical(y, what)
             err = np.linalg.norm(y - exact) / np.linalg.norm(exact)
             # a sanity bound: unbiased ternary codes quantized twice (owner side) reach ~2
