@@ -85,12 +85,60 @@ def test_dtype_and_op_errors_name_the_supported_values() -> None:
         ops.check_op("avg", dtypes.lookup("int32"))
 
 
+class _Later(Request):
+    """A request that completes on its n-th test."""
+
+    def __init__(self, n: int, log: list[str], name: str) -> None:
+        super().__init__(0, name)
+        self.n, self.log = n, log
+
+    def test(self) -> bool:
+        self.n -= 1
+        if self.n == 0:
+            self.log.append(self.what)
+        return self.n <= 0
+
+
+def test_concurrently_runs_every_part_and_overlaps_them() -> None:
+    from collectives.interleave import concurrently
+    from collectives.progress import Handle
+
+    log: list[str] = []
+
+    def part(name: str, delays: list[int]):
+        for k, d in enumerate(delays):
+            log.append(f"{name} step {k}")
+            yield [_Later(d, log, f"{name} msg {k}")]
+        log.append(f"{name} done")
+
+    # Completions land at every moment: during the start-up polls, between the "all done?"
+    # test and the wait (the race an empty wait list once hit), and inside the wait.
+    for delays in ([1, 1], [2, 3], [5, 1, 7], [3, 2]):
+        log.clear()
+        parts = [part("a", delays), part("b", delays[::-1]), part("c", [])]
+        Handle(concurrently(parts), lambda: None, "test", 5.0).wait()
+        assert {"a done", "b done", "c done"} <= set(log)
+    # one part whose message completes exactly while the wait list is being built
+    Handle(concurrently([part("solo", [3])]), lambda: None, "test", 5.0).wait()
+    assert log[-1] == "solo done"
+    # b's first step runs before a's first message completes: the parts overlap
+    log.clear()
+    Handle(concurrently([part("a", [9]), part("b", [1])]), lambda: None, "test", 5.0).wait()
+    assert log.index("b step 0") < log.index("a msg 0")
+
+
 def test_buffers_are_zero_copy_in_place_and_copy_out_of_place() -> None:
     x = np.arange(10, dtype=np.float32)
     p = buffers.prepare(x, x)
     assert np.shares_memory(p.work, x) and p.finish() is x
     p = buffers.prepare(x, None)
     assert not np.shares_memory(p.work, x) and np.array_equal(p.finish(), x)
+    out = np.empty_like(x)
+    p = buffers.prepare(x, out, copy_input=False)  # the input stays where it is
+    assert p.source is not None and np.shares_memory(p.source, x)
+    assert np.shares_memory(p.work, out)
+    p.load()
+    assert p.source is None and np.array_equal(out, x)
     t = torch.arange(6, dtype=torch.bfloat16)
     p = buffers.prepare(t, t)
     assert p.dtype.name == "bfloat16" and p.work.dtype == np.uint16
