@@ -125,8 +125,9 @@ def alltoallv(comm: Communicator, tag: int, parts: list[np.ndarray],
             reqs.append(comm.irecv(received[src], src, tag, f"alltoallv from rank {src}"))
         if out_bytes[dst].size:
             reqs.append(comm.isend(out_bytes[dst], dst, tag, f"alltoallv to rank {dst}"))
-        if follow.get(dst, out_bytes[dst][:0]).size:  # same pair and tag: arrives second
-            reqs.append(comm.isend(follow[dst], dst, tag, f"alltoallv to rank {dst}"))
+        late_part = follow.get(dst)
+        if late_part is not None and late_part.size:  # same pair and tag: arrives second
+            reqs.append(comm.isend(late_part, dst, tag, f"alltoallv to rank {dst}"))
     yield reqs
     if sizes is not None:
         late = {src: _escaped(received[src]) for src in range(p) if src != r}

@@ -50,7 +50,7 @@ class SparsifierFeedback:
 
     def compress_feedback(self: Compressor, x: np.ndarray, residual: np.ndarray, *, name: str,
                           step: int = 0) -> Payload | None:
-        if not (isinstance(x, np.ndarray) and x.dtype == np.float32 and x.flags.c_contiguous):
+        if not self._feedback_args(x, residual):
             return None
         np.add(residual, x.reshape(-1), out=residual)
         payload = self.compress(residual.reshape(x.shape), name=name, step=step)

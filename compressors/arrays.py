@@ -58,6 +58,11 @@ def _is_cupy(x: Any) -> bool:
     return cupy is not None and isinstance(x, cupy.ndarray)
 
 
+def host_f32(x: Any) -> bool:
+    """Whether x is a C-contiguous float32 numpy array (what the fused kernels take)."""
+    return isinstance(x, np.ndarray) and x.dtype == np.float32 and x.flags.c_contiguous
+
+
 def to_host(x: Any) -> tuple[np.ndarray, ArrayInfo]:
     """Host numpy view of x (zero-copy for numpy and CPU torch) and where it came from."""
     if _is_torch(x):

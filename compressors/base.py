@@ -11,7 +11,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from .arrays import ArrayInfo, from_host, storage_dtype, to_host
+from .arrays import ArrayInfo, from_host, host_f32, storage_dtype, to_host
 from .errors import PayloadError
 from .payload import Payload
 
@@ -139,6 +139,19 @@ class Compressor:
         x is a contiguous float32 numpy array, ``residual`` a flat float32 array of its size.
         Returns None, touching nothing, when this compressor has no such kernel."""
         return None
+
+    @staticmethod
+    def _feedback_args(x: Any, residual: np.ndarray) -> bool:
+        """Whether the fused path applies to x; a residual that cannot be x's raises."""
+        if not host_f32(x):
+            return False
+        if not (isinstance(residual, np.ndarray) and residual.dtype == np.float32
+                and residual.ndim == 1 and residual.size == x.size):
+            raise ValueError(f"compress_feedback: the residual must be a flat float32 array of "
+                             f"{x.size} elements (x's size), got "
+                             f"{getattr(residual, 'dtype', type(residual).__name__)}"
+                             f"{list(getattr(residual, 'shape', []))}")
+        return True
 
     def decompress_add(self, payload: Payload, out: np.ndarray) -> bool:
         """``out += decompress(payload)`` without a temporary, for a flat contiguous float32

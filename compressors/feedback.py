@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import ArrayInfo, from_host, to_f32, to_host
+from .arrays import ArrayInfo, from_host, host_f32, to_f32, to_host
 from .base import Compressor
 from .payload import Payload
 
@@ -92,8 +92,7 @@ class ErrorFeedback:
         """Whether compressors may fold this feedback into their kernels (``compress_feedback``):
         plain feedback (beta = gamma = 1) on a contiguous float32 numpy array."""
         return (type(self) is ErrorFeedback and self.beta == 1.0 and self.gamma == 1.0
-                and isinstance(x, np.ndarray) and x.dtype == np.float32
-                and x.flags.c_contiguous)
+                and host_f32(x))
 
     def residual_for(self, name: str, n: int) -> np.ndarray:
         """The flat float32 residual of ``name`` for a fused kernel to update in place (zeros

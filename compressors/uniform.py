@@ -83,7 +83,7 @@ class Uniform(Compressor):
 
     def compress_feedback(self, x: np.ndarray, residual: np.ndarray, *, name: str,
                           step: int = 0) -> Payload | None:
-        if not (isinstance(x, np.ndarray) and x.dtype == F32 and x.flags.c_contiguous):
+        if not self._feedback_args(x, residual):
             return None
         host, info = to_host(x)
         bufs = self._fixed_buffers(info, None)

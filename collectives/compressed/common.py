@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from compressors import Compressor, ErrorFeedback, Payload
+from compressors.arrays import host_f32
 
 from ..dtypes import DType
 from ..transport.base import Communicator
@@ -86,9 +88,8 @@ class Ctx:
 
     def fused(self, x: Any) -> bool:
         """Whether ``compress_compensated`` takes the one-pass kernel for x."""
-        fb = self.fb
-        return self.comp.fuses_feedback and (fb is None or fb.fusable(x)) and \
-            isinstance(x, np.ndarray) and x.dtype == np.float32 and x.flags.c_contiguous
+        return self.comp.fuses_feedback and host_f32(x) and \
+            (self.fb is None or self.fb.fusable(x))
 
     def compress_compensated(self, x: Any, key: str, blocks: list[tuple[int, int]] | None = None,
                              names: list[str] | None = None, *, base: int = 0,
@@ -155,8 +156,13 @@ class Ctx:
 def wire_sizes(comp: Compressor, shapes: list[tuple[int, ...]], dtype: str) -> list[int] | None:
     """The wire size of each payload every rank will send for these shapes when the input is
     finite (so exchanges need not trade sizes first), or None for data-dependent sizes."""
-    sizes = [comp.wire_nbytes(shape, dtype) for shape in shapes]
+    sizes = [_wire_nbytes(comp, tuple(shape), dtype) for shape in shapes]
     return None if any(n is None for n in sizes) else [int(n) for n in sizes]
+
+
+@functools.lru_cache(maxsize=256)
+def _wire_nbytes(comp: Compressor, shape: tuple[int, ...], dtype: str) -> int | None:
+    return comp.wire_nbytes(shape, dtype)  # compressors are frozen: the size is theirs
 
 
 def workspace(comm: Communicator, key: tuple, n: int, dtype: np.dtype) -> np.ndarray:

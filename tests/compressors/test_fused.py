@@ -93,3 +93,13 @@ def test_sparsifier_feedback_equals_compensate_compress_update(spec, n):
     fused = c.compress_feedback(x, res, name="w", step=2)
     assert fused is not None and fused.to_bytes() == plain.to_bytes()
     np.testing.assert_array_equal(res, ef.residuals["w"])  # exact: values are sent as they are
+
+
+@pytest.mark.parametrize("spec", ["uniform", "topk", "threshold"])
+@pytest.mark.parametrize("residual", [np.zeros(9, np.float32), np.zeros(10),
+                                      np.zeros((2, 5), np.float32), [0.0] * 10])
+def test_fused_feedback_refuses_a_residual_that_does_not_fit(spec, residual):
+    x = np.ones(10, np.float32)
+    with pytest.raises(ValueError, match="flat float32 array of 10 elements"):
+        compressors.get(spec).compress_feedback(x, residual, name="w")
+    assert (x == 1).all()
