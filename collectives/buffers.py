@@ -180,6 +180,15 @@ def _prepare_cuda_array(buf: Any, out: Any) -> Prepared:
     return Prepared(work, dtype, finish, "cuda-array")
 
 
+def shape_of(buf: Any) -> tuple[int, ...]:
+    """The caller's shape: ``.shape``, or the __cuda_array_interface__'s for bare device arrays."""
+    shape = getattr(buf, "shape", None)
+    if shape is None:
+        cai = device.cuda_interface(buf)
+        shape = cai["shape"] if cai is not None else np.shape(buf)
+    return tuple(int(d) for d in shape)
+
+
 def _check_out(buf: Any, out: Any, kind: type) -> None:
     if not isinstance(out, kind):
         raise TypeError(f"out must be a {kind.__name__} like the input, got {type(out).__name__}")

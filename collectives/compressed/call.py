@@ -47,7 +47,7 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
     if feedback is not None and not name:
         raise ValueError("pass name=: error feedback keeps one residual per tensor name")
     check_scheme(scheme, comp)
-    shape = tuple(buf.shape)
+    shape = buffers.shape_of(buf)
     # Out of place, every scheme reads its whole input before writing the sum: the input is
     # read where it is, and the caller's output buffer is the working array (no copy).
     prepared = buffers.prepare(buf, out, copy_input=False)

@@ -30,14 +30,29 @@ ALGORITHMS: dict[str, Callable[[SparseJob], SparseSteps]] = {
 __all__ = ["ALGORITHMS", "isparse_allreduce", "sparse_allreduce"]
 
 
-def _host(x: Any) -> tuple[np.ndarray, bool]:
-    """numpy view of a numpy array or CPU tensor (values widened from bf16), and is-torch."""
+def _host(x: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
+    """numpy copy or view of indices or values (numpy, torch on any device, CuPy; bf16/fp16
+    values widened to float32), and how to hand an array back in the caller's kind and device."""
     if type(x).__module__.startswith("torch"):
+        import torch
+
         t = x.detach().reshape(-1)
-        if str(t.dtype) in ("torch.bfloat16", "torch.float16"):
+        if t.dtype in (torch.bfloat16, torch.float16):
             t = t.float()
-        return t.cpu().numpy(), True
-    return np.asarray(x).reshape(-1), False
+        dev = t.device
+        return t.cpu().numpy(), lambda a: torch.from_numpy(a).to(dev)
+    if type(x).__module__.startswith("cupy"):
+        import cupy
+
+        dev = x.device
+        with dev:
+            return cupy.asnumpy(x).reshape(-1), lambda a: _to_cupy(cupy, dev, a)
+    return np.asarray(x).reshape(-1), lambda a: a
+
+
+def _to_cupy(cupy: Any, dev: Any, a: np.ndarray) -> Any:
+    with dev:
+        return cupy.asarray(a)
 
 
 def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
@@ -53,7 +68,7 @@ def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
     if not isinstance(size, int | np.integer) or size < 0:
         raise ValueError(f"size must be a non-negative int, got {size!r}")
     idx_in, _ = _host(indices)
-    val_in, is_torch = _host(values)
+    val_in, back = _host(values)
     if val_in.dtype.kind != "f":
         raise ValueError(f"sparse values must be floating point, got {val_in.dtype}")
     acc = np.dtype(np.float64 if val_in.dtype == np.float64 else np.float32)
@@ -83,14 +98,10 @@ def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
     def finish() -> Any:
         ridx, rval = result["set"]
         if not dense:
-            return ridx, rval
+            return back(ridx), back(rval)
         out = np.zeros(int(size), acc)
         out[ridx] = rval
-        if is_torch:
-            import torch
-
-            return torch.from_numpy(out)
-        return out
+        return back(out)
 
     return Handle(steps(), finish, f"sparse_allreduce[{algorithm}]", timeout)
 

@@ -6,9 +6,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-SOURCES = sorted((Path(__file__).resolve().parents[2] / "csrc" / "cuda").glob("*.cu"))
+SOURCES = sorted((Path(__file__).resolve().parents[2] / "compressors" / "cuda").glob("*.cu"))
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -22,3 +23,18 @@ def test_nvcc_compiles(src, tmp_path):
 
 def test_sources_present():
     assert {s.name for s in SOURCES} >= {"quantize.cu", "sign.cu", "sparse.cu"}
+
+
+def test_loader_names_every_source():
+    from compressors import cuda
+
+    assert set(cuda.SOURCES) == {s.name for s in SOURCES}
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("cupy") is not None,
+                    reason="CuPy is installed")
+def test_without_cupy_a_clear_error():
+    from compressors import cuda
+
+    with pytest.raises(RuntimeError, match="CuPy"):
+        cuda.quantize(np.zeros(8, np.float32), 8, 512, 0, True)

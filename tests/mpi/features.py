@@ -107,6 +107,24 @@ def device_staging(chk: Checker) -> None:
         device.set_runtime(None)
 
 
+def device_compressed(chk: Checker) -> None:
+    """Compressed and sparse allreduce of arrays seen only through __cuda_array_interface__."""
+    device.set_runtime(HostRuntime())
+    try:
+        for spec in ("none", "uniform:bits=8", "topk:ratio=0.5"):
+            d = FakeDeviceArray(np.full((31, 7), R + 1.0, dtype=np.float32))
+            out = collectives.allreduce(d, compressor=spec)
+            chk.check(isinstance(out, FakeDeviceArray) and out.host.shape == (31, 7),
+                      f"compressed {spec}: a device array of the input's shape back")
+            want = np.full((31, 7), P * (P + 1) / 2, np.float32)
+            chk.check(np.allclose(out.host, want, rtol=0.02) if spec != "topk:ratio=0.5" else
+                      bool(np.isfinite(out.host).all()), f"compressed {spec}: values")
+            collectives.allreduce(d, compressor=spec, out=d)
+            chk.check(np.array_equal(d.host, out.host), f"compressed {spec}: in place")
+    finally:
+        device.set_runtime(None)
+
+
 def device_direct(chk: Checker) -> None:
     """With CUDA-aware MPI, algorithm="mpi" hands device memory to MPI without staging.
 
@@ -212,7 +230,7 @@ def bad_input(chk: Checker) -> None:
 def main() -> None:
     chk = Checker("features")
     for part in (sub_communicators, torch_views, nonblocking, building_blocks, device_staging,
-                 device_direct, auto_and_errors, bad_input):
+                 device_compressed, device_direct, auto_and_errors, bad_input):
         chk.run(part.__name__, part, chk)
     chk.finish()
 

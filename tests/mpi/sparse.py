@@ -82,6 +82,9 @@ def main() -> None:
         chk.check(sent["dsar"] < 0.8 * sent["ssar_split_allgather"], f"dsar bytes {sent}")
     t = sparse_allreduce(torch.tensor([1, 1, 2]), torch.ones(3, dtype=torch.bfloat16), 4)
     chk.check(isinstance(t, torch.Tensor) and t.tolist() == [0, 2 * P, P, 0], "torch in/out")
+    si, sv = sparse_allreduce(torch.tensor([3, 1]), torch.ones(2), 4, dense=False)
+    chk.check(isinstance(si, torch.Tensor) and si.tolist() == [1, 3] and sv.tolist() == [P, P],
+              "torch in, sparse torch out")
     for bad, needle in ((lambda: sparse_allreduce([5], [1.0], 4), "[0, 4)"),
                         (lambda: sparse_allreduce([1, 2], [1.0], 4), "2 indices but 1"),
                         (lambda: sparse_allreduce([1], [1], 4), "floating point"),

@@ -1,6 +1,7 @@
-// CUDA twins of csrc/quantize.cpp, loaded at run time through cupy.RawModule.
-// One block per bucket; codes, mins and scales match the CPU kernels bit for bit for the
-// codes (same counter-based RNG of (seed, index)), so ranks on CPUs and GPUs agree.
+// CUDA twins of csrc/quantize.cpp, loaded at run time through cupy.RawModule
+// (compressors/cuda/__init__.py). One block per bucket; codes, mins, scales and decoded values
+// match the CPU kernels bit for bit (same counter RNG of (seed, index); no contracted
+// multiply-adds on either side), so ranks on CPUs and GPUs agree.
 #include <cstdint>
 
 __device__ __forceinline__ uint32_t mix32(uint32_t h) {
@@ -8,10 +9,13 @@ __device__ __forceinline__ uint32_t mix32(uint32_t h) {
   return h;
 }
 
+// csrc/compress_common.h's counter RNG: a Weyl sequence per seed and 2^32 block of indices
+// through murmur3's finalizer; 24 random bits as a float in [0, 1).
 __device__ __forceinline__ float counter_uniform(uint64_t seed, uint64_t i) {
-  uint32_t h = mix32(uint32_t(i) ^ uint32_t(seed));
-  h = mix32(h ^ uint32_t(seed >> 32) ^ (uint32_t(i >> 32) * 0x9e3779b9u));
-  return float(h >> 8) * (1.0f / 16777216.0f);
+  const uint32_t a = mix32(uint32_t(seed) ^ mix32(uint32_t(seed >> 32) ^
+                                                  (uint32_t(i >> 32) * 0x9e3779b9u)));
+  const uint32_t mul = mix32(a + 0x6a09e667u) | 1u;
+  return float(int32_t(mix32(a + uint32_t(i) * mul) >> 8)) * (1.0f / 16777216.0f);
 }
 
 __device__ __forceinline__ bool finite_bits(float x) {

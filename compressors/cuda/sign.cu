@@ -1,5 +1,6 @@
 // CUDA twins of csrc/sign.cpp: sign bits (bit j of byte i = signbit(x[8i+j])) and per-bucket
-// mean |x| over finite values. Loaded at run time through cupy.RawModule.
+// mean |x| over finite values. Loaded at run time through cupy.RawModule
+// (compressors/cuda/__init__.py).
 #include <cstdint>
 
 // gridDim.x = buckets; blockDim.x a power of two; shared memory 2 * blockDim.x * 4 bytes.

@@ -1,7 +1,8 @@
 // CUDA twins of csrc/topk.cpp (threshold selection) and csrc/sparse.cpp (gather/scatter).
 // Top-k on the GPU: a threshold from a sample (computed by the caller, e.g. cupy.partition
 // on a sample of |x|), then compcoll_select_above with a global counter, then an exact cut
-// of the few candidates. Loaded at run time through cupy.RawModule.
+// of the few candidates. Loaded at run time through cupy.RawModule
+// (compressors/cuda/__init__.py).
 #include <cstdint>
 
 // Indices i with (bits(|x_i|) >= thr_key) appended through an atomic counter; the caller

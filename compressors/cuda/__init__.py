@@ -1,0 +1,149 @@
+"""CUDA twins of the quantize, sign and sparse kernels, run on CuPy arrays.
+
+The kernels (``*.cu`` beside this file) are compiled on first use through
+``cupy.RawModule`` and give the C++ kernels' results bit for bit: the same codes, minima,
+steps and decoded values for the same seed, so a payload made on a GPU decodes on a CPU rank
+and the other way round. Every function takes and returns CuPy arrays on the current device.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["dequantize", "gather", "module", "quantize", "scatter", "select_above", "sign_pack",
+           "sign_unpack"]
+
+SOURCES = ("quantize.cu", "sign.cu", "sparse.cu")
+_THREADS = 256
+
+
+def _cupy() -> Any:
+    try:
+        import cupy
+    except ImportError:
+        raise RuntimeError("compressors.cuda runs its kernels through CuPy, which is not "
+                           "installed; pip install cupy-cuda12x (or cupy-cuda13x)") from None
+    return cupy
+
+
+@functools.cache
+def module() -> Any:
+    """The compiled kernels (one cupy.RawModule for all three sources)."""
+    cupy = _cupy()
+    here = Path(__file__).parent
+    code = "\n".join((here / s).read_text().replace("#include <cstdint>", "") for s in SOURCES)
+    # nvcc rather than NVRTC: the sources use <cstdint>, which NVRTC does not ship everywhere.
+    return cupy.RawModule(code="#include <cstdint>\n" + code, backend="nvcc",
+                          options=("-std=c++17",))
+
+
+def _f32(x: Any, what: str) -> Any:
+    cupy = _cupy()
+    if not isinstance(x, cupy.ndarray) or x.dtype != cupy.float32 or not x.flags.c_contiguous:
+        raise TypeError(f"{what} must be a C-contiguous float32 CuPy array, got "
+                        f"{type(x).__name__} {getattr(x, 'dtype', '')}")
+    return x.reshape(-1)
+
+
+def _check(bits: int, bucket_size: int) -> None:
+    if bits not in (1, 2, 4, 8):
+        raise ValueError(f"bits must be one of 1, 2, 4, 8; got {bits}")
+    if bucket_size <= 0 or bucket_size % 8:
+        raise ValueError(f"bucket_size must be a positive multiple of 8; got {bucket_size}")
+
+
+def quantize(x: Any, bits: int, bucket_size: int, seed: int,
+             stochastic: bool) -> tuple[Any, Any, Any]:
+    """Packed codes, per-bucket minima and steps of x (as ``compressors.kernels.quantize``)."""
+    cupy, flat = _cupy(), _f32(x, "x")
+    _check(bits, bucket_size)
+    n = flat.size
+    nb = -(-n // bucket_size)
+    codes = cupy.zeros(-(-n * bits // 8), cupy.uint8)
+    mins, scales = cupy.zeros(nb, cupy.float32), cupy.zeros(nb, cupy.float32)
+    if n:
+        module().get_function("compcoll_quantize")(
+            (nb,), (_THREADS,), (flat, np.int64(n), np.int32(bits), np.int64(bucket_size),
+                                 np.uint64(seed), np.int32(bool(stochastic)), codes, mins, scales),
+            shared_mem=2 * _THREADS * 4)
+    return codes, mins, scales
+
+
+def dequantize(codes: Any, mins: Any, scales: Any, n: int, bits: int, bucket_size: int) -> Any:
+    """n float32 values decoded from ``quantize``'s output."""
+    cupy = _cupy()
+    _check(bits, bucket_size)
+    out = cupy.empty(n, cupy.float32)
+    if n:
+        module().get_function("compcoll_dequantize")(
+            (-(-n // _THREADS),), (_THREADS,), (codes, mins, scales, np.int64(n), np.int32(bits),
+                                                np.int64(bucket_size), out))
+    return out
+
+
+def sign_pack(x: Any, bucket_size: int) -> tuple[Any, Any]:
+    """Sign bits (bit j of byte i is the sign of x[8i + j]) and per-bucket mean |x|."""
+    cupy, flat = _cupy(), _f32(x, "x")
+    _check(1, bucket_size)
+    n = flat.size
+    nb = -(-n // bucket_size)
+    bits, scales = cupy.zeros(-(-n // 8), cupy.uint8), cupy.zeros(nb, cupy.float32)
+    if n:
+        module().get_function("compcoll_sign_pack")(
+            (nb,), (_THREADS,), (flat, np.int64(n), np.int64(bucket_size), bits, scales),
+            shared_mem=2 * _THREADS * 4)
+    return bits, scales
+
+
+def sign_unpack(bits: Any, scales: Any, n: int, bucket_size: int) -> Any:
+    """±scale per value from ``sign_pack``'s output."""
+    cupy = _cupy()
+    out = cupy.empty(n, cupy.float32)
+    if n:
+        module().get_function("compcoll_sign_unpack")(
+            (-(-n // _THREADS),), (_THREADS,), (bits, scales, np.int64(n), np.int64(bucket_size),
+                                                out))
+    return out
+
+
+def select_above(x: Any, tau: float) -> Any:
+    """Ascending int64 indices i with |x[i]| >= tau (NaN/Inf always among them)."""
+    cupy, flat = _cupy(), _f32(x, "x")
+    key = np.uint32(np.float32(abs(tau)).view(np.uint32))
+    n, cap = flat.size, max(1024, flat.size // 64)
+    while True:
+        idx, count = cupy.empty(cap, cupy.int64), cupy.zeros(1, cupy.uint64)
+        if n:
+            module().get_function("compcoll_select_above")(
+                (min(1024, -(-n // _THREADS)),), (_THREADS,),
+                (flat, np.int64(n), key, np.int64(cap), idx, count))
+        k = int(count.get()[0])
+        if k <= cap:
+            return cupy.sort(idx[:k])
+        cap = k  # more candidates than room: run again with room for all of them
+
+
+def gather(x: Any, idx: Any) -> Any:
+    """x[idx] for int64 indices."""
+    cupy, flat = _cupy(), _f32(x, "x")
+    k = int(idx.size)
+    out = cupy.empty(k, cupy.float32)
+    if k:
+        module().get_function("compcoll_gather")(
+            (-(-k // _THREADS),), (_THREADS,), (flat, idx.astype(cupy.int64), np.int64(k), out))
+    return out
+
+
+def scatter(out: Any, idx: Any, vals: Any, accumulate: bool = False) -> None:
+    """out[idx] = vals, or += (atomics: summation order not fixed) with ``accumulate``."""
+    cupy, flat = _cupy(), _f32(out, "out")
+    k = int(idx.size)
+    if k:
+        module().get_function("compcoll_scatter")(
+            (-(-k // _THREADS),), (_THREADS,),
+            (flat, idx.astype(cupy.int64), _f32(vals, "vals"), np.int64(k),
+             np.int32(bool(accumulate))))
