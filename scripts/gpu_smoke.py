@@ -19,20 +19,17 @@ device, to check the script itself on a machine without a GPU).
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import sys
 import time
 import traceback
 import zlib
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "mpi"))  # the host-memory fake device (--cpu)
+sys.path.insert(0, str(ROOT / "tests" / "mpi"))  # fake device (--cpu), gloo set-up
 
 import collectives  # noqa: E402
 import compressors  # noqa: E402
@@ -291,19 +288,6 @@ def sparse(rep: Report, kinds: Kinds, comm, engine: str) -> None:
     rep.section(f"sparse allreduce [{engine}]", mark)
 
 
-def init_gloo() -> None:
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    port = WORLD.bcast(port if R == 0 else None)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=R, world_size=P, timeout=timedelta(seconds=120))
-
-
 def ddp(rep: Report, cpu: bool) -> None:
     import torch
     from torch import nn
@@ -492,6 +476,7 @@ def main() -> None:
         cuda_kernels(rep)
     if on("torch") or on("ddp"):
         import torch.distributed as dist
+        from ddp_common import init_gloo  # tests/mpi: gloo on localhost, port shared by MPI
 
         init_gloo()
         if on("torch"):

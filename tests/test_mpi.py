@@ -74,3 +74,11 @@ def test_sparse_allreduce(np_: int) -> None:
 @pytest.mark.parametrize("np_", [1, 2, 3, 5])
 def test_compressed_allreduce(np_: int) -> None:
     _passed(run("compressed.py", np_, timeout=300), "compressed allreduce")
+
+
+def test_gpu_smoke_script_on_host_arrays() -> None:
+    """scripts/gpu_smoke.py with --cpu: the GPU machine's checks, host arrays and a fake device
+    (so the script stays runnable where no GPU is)."""
+    res = run("../../scripts/gpu_smoke.py", 3, "--cpu", "--only", "dense,compressed,sparse",
+              timeout=300)
+    assert res.returncode == 0 and ", 0 failed" in res.stdout.splitlines()[-1], res.stdout[-4000:]
