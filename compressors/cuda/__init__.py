@@ -1,6 +1,6 @@
 """CUDA twins of the quantize, sign and sparse kernels, run on CuPy arrays.
 
-The kernels (``*.cu`` beside this file) are compiled on first use through
+The kernels (``csrc/cuda/*.cu``, installed beside this file) are compiled on first use through
 ``cupy.RawModule`` and give the C++ kernels' results bit for bit: the same codes, minima,
 steps and decoded values for the same seed, so a payload made on a GPU decodes on a CPU rank
 and the other way round. Every function takes and returns CuPy arrays on the current device.
@@ -30,12 +30,22 @@ def _cupy() -> Any:
     return cupy
 
 
+def source_dir() -> Path:
+    """Where the .cu files are: beside this module in a wheel, csrc/cuda in a source tree."""
+    here = Path(__file__).resolve().parent
+    for d in (here, here.parents[1] / "csrc" / "cuda"):
+        if (d / SOURCES[0]).is_file():
+            return d
+    raise RuntimeError(f"the CUDA sources ({', '.join(SOURCES)}) are neither in {here} nor in "
+                       "the source tree's csrc/cuda; reinstall compcoll")
+
+
 @functools.cache
 def module() -> Any:
     """The compiled kernels (one cupy.RawModule for all three sources)."""
     cupy = _cupy()
-    here = Path(__file__).parent
-    code = "\n".join((here / s).read_text().replace("#include <cstdint>", "") for s in SOURCES)
+    where = source_dir()
+    code = "\n".join((where / s).read_text().replace("#include <cstdint>", "") for s in SOURCES)
     # nvcc rather than NVRTC: the sources use <cstdint>, which NVRTC does not ship everywhere.
     return cupy.RawModule(code="#include <cstdint>\n" + code, backend="nvcc",
                           options=("-std=c++17",))

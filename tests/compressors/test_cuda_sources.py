@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-SOURCES = sorted((Path(__file__).resolve().parents[2] / "compressors" / "cuda").glob("*.cu"))
+SOURCES = sorted((Path(__file__).resolve().parents[2] / "csrc" / "cuda").glob("*.cu"))
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -29,6 +29,7 @@ def test_loader_names_every_source():
     from compressors import cuda
 
     assert set(cuda.SOURCES) == {s.name for s in SOURCES}
+    assert all((cuda.source_dir() / s).is_file() for s in cuda.SOURCES)
 
 
 @pytest.mark.skipif(__import__("importlib").util.find_spec("cupy") is not None,
