@@ -82,9 +82,10 @@ def predict(algorithm: str, p: int, nbytes: int, c: CostParams,
     if algorithm == "tree":
         L = _ceil_log2(p)
         k = max(1, math.ceil(n / s))
-        seg = min(s, n)
-        # a pipeline step is paced by the root: L segments a step through its one link
-        return 2 * (L + k - 1) * (c.alpha + L * seg * c.beta) + k * L * seg * c.gamma
+        # Bytes are paced by the root: each of the k segments comes in from its L children and
+        # goes out to them again through its one link (the other links fill the pipeline while
+        # the root's is busy). Latency follows the k segments down a chain of depth L.
+        return 2 * (L + k - 1) * c.alpha + 2 * L * n * c.beta + L * n * c.gamma
     raise ValueError(f"no cost formula for algorithm {algorithm!r}; have: {', '.join(MODELED)}")
 
 

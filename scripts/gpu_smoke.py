@@ -13,12 +13,14 @@ Every rank checks and rank 0 prints one line per section and a final count of fa
 * compressors.cuda (the CUDA twins of the C++ kernels, through CuPy) against the C++ kernels.
 
 Run: ``mpiexec -n 3 python scripts/gpu_smoke.py`` (``--cpu``: host arrays and a host-memory fake
-device, to check the script itself on a machine without a GPU).
+device, to check the script itself on a machine without a GPU); ``mpiexec -n 1 python
+scripts/gpu_smoke.py --only nccl``: one rank on an NCCL process group.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -338,6 +340,50 @@ def ddp(rep: Report, cpu: bool) -> None:
     rep.section(f"DDP hook on gloo, model on {dev.type} (none, fp16, uniform 8-bit)", mark)
 
 
+def nccl(rep: Report) -> None:
+    """One rank on an NCCL process group (one GPU allows no more): the transport stages
+    messages through device tensors and the DDP hook starts collectives in order."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    import collectives.ddp as cddp
+
+    mark = rep.mark()
+    try:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
+        dist.init_process_group("nccl", rank=0, world_size=1,
+                                device_id=torch.device("cuda", 0))
+        g = dist.group.WORLD
+        c = collectives.as_communicator(g)
+        rep.check(c.stage_device is not None and not c.matches_by_tag,
+                  f"nccl transport stages on {c.stage_device}, matches by order")
+        x = torch.arange(1009, dtype=torch.float32, device="cuda") - 500
+        for algo in ("ring", "tree", "recursive_doubling", "rabenseifner", "torch"):
+            y = collectives.allreduce(x, algorithm=algo, comm=g)
+            rep.check(y.is_cuda and torch.equal(y, x), f"nccl {algo}")
+        for spec in ("uniform:bits=8", "topk:ratio=0.1", "powersgd:rank=2"):
+            y = collectives.allreduce(x.reshape(1009, 1) if spec.startswith("p") else x,
+                                      compressor=spec, comm=g)
+            rep.check(y.is_cuda and bool(torch.isfinite(y).all()), f"nccl compressed {spec}")
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)).cuda()
+        ref = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)).cuda()
+        ref.load_state_dict(net.state_dict())
+        model = nn.parallel.DistributedDataParallel(net, bucket_cap_mb=0.01)
+        state = cddp.CompressionState(policy="none").bind(model)
+        model.register_comm_hook(state, cddp.compression_hook)
+        inp = torch.randn(16, 32, device="cuda")
+        model(inp).square().sum().backward()
+        ref(inp).square().sum().backward()
+        for (k, a), b in zip(model.module.named_parameters(), ref.parameters(), strict=True):
+            rep.check(torch.equal(a.grad, b.grad), f"nccl ddp hook {k}")
+        dist.destroy_process_group()
+    except Exception as exc:  # noqa: BLE001
+        rep.crash("nccl", exc)
+    rep.section("NCCL process group, one rank (staging, hook)", mark)
+
+
 def cuda_kernels(rep: Report) -> None:
     """compressors.cuda (the CUDA twins, through CuPy) against the C++ kernels (rank 0)."""
     import cupy
@@ -474,7 +520,9 @@ def main() -> None:
         sparse(rep, kinds, None, "mpi")
     if on("kernels") and not args.cpu:
         cuda_kernels(rep)
-    if on("torch") or on("ddp"):
+    if want == {"nccl"} and P == 1 and not args.cpu:
+        nccl(rep)
+    elif on("torch") or on("ddp"):
         import torch.distributed as dist
         from ddp_common import init_gloo  # tests/mpi: gloo on localhost, port shared by MPI
 

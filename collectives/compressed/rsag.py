@@ -29,7 +29,7 @@ MAX_SEGMENTS = 8
 def run(ctx: Ctx) -> Steps:
     n, p, r = int(np.prod(ctx.x.shape)), ctx.comm.size, ctx.comm.rank
     count = segment_count(n, p, ctx.fb is None or ctx.fused(ctx.x))
-    if count == 1:
+    if count == 1 or not ctx.comm.matches_by_tag:  # interleaved segments need tags
         yield from _segment(ctx, ctx.x, 0, n, ctx.tag, "", 0, None)
         return
     # Segments run interleaved on tags of their own; every rank takes the same tags, in the

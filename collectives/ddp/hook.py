@@ -3,6 +3,7 @@
 # No ``from __future__ import annotations``: DDP checks the hook's annotations at
 # registration and needs the real dist.GradBucket and torch.futures.Future[torch.Tensor].
 import time
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,9 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
     buffer and one collective; each collective is
     started here, in the order DDP calls the hooks (the same on every rank), and completed on
     the state's background thread, which sets the future, so communication overlaps the rest
-    of the backward pass. NaN and Inf travel through compression and reach the optimizer.
+    of the backward pass. On an NCCL group (messages match in posting order, not by tag) the
+    background thread also starts them, one after another. NaN and Inf travel through
+    compression and reach the optimizer.
 
     Example::
 
@@ -50,10 +53,9 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
     # the reciprocal, so we do too: x * (1/3) and x / 3 round differently).
     buf.mul_(1.0 / comm.size)
     if step < state.start_step:  # warm-up: plain average, no compression
-        st: dict = {}
-        parts.append((None, buf, api.iallreduce(buf, op="sum", comm=comm, out=buf,
-                                                algorithm=state.plain_algorithm(),
-                                                timeout=state.timeout), st))
+        plain = partial(api.iallreduce, buf, op="sum", comm=comm, out=buf,
+                        algorithm=state.plain_algorithm(), timeout=state.timeout)
+        parts.append((None, buf, plain() if comm.matches_by_tag else plain, {}))
     else:
         params, grads = bucket.parameters(), bucket.gradients()
         ranges = grouping.offsets(buf, grads)
@@ -66,21 +68,11 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
                                index)
         for g in groups:
             x = g.view(buf)
-            st = {}
-            fb, check = state.feedback(g.spec), state.validate_once(g.name, g.spec, g.numel)
-            plain = g.spec == "none"  # the identity twin: the engine's own allreduce
-            if plain and (fb is None or g.name not in fb.residuals):
-                h = api.iallreduce(x, op="sum", comm=comm, out=x, timeout=state.timeout,
-                                   algorithm=state.plain_algorithm(), validate=check)
-            else:
-                algo = state.plain_algorithm() if plain else state.algorithm
-                h = api.iallreduce(x, op="sum", comm=comm, out=x, name=g.name, step=step,
-                                   compressor=state.compressor(g.spec), feedback=fb,
-                                   scheme="dense" if plain else state.scheme, algorithm=algo,
-                                   timeout=state.timeout, stats=st, validate=check)
-                if plain and fb is not None:  # a residual moved here went out in full
-                    fb.residuals.pop(g.name, None)
-            parts.append((g, x, h, st))
+            st: dict[str, Any] = {}
+            start = partial(_start, state, comm, g, x, step, st)
+            # Where messages match only in posting order (NCCL), the worker starts each
+            # collective when the previous one is done: nothing may interleave with it.
+            parts.append((g, x, start() if comm.matches_by_tag else start, st))
         record["groups"] = [(g.name, g.spec, [m for m, _ in g.members]) for g in groups]
     record["launched"] = time.perf_counter()
     state.timeline.append(record)
@@ -88,6 +80,23 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
     after = _norm_observer(state, step) if state.policy.adaptive else None
     state._worker.submit(Job(fut, buf, parts, record, after))
     return fut
+
+
+def _start(state: CompressionState, comm: Any, g: Any, x: Any, step: int, st: dict) -> Any:
+    """Start one group's collective; returns its handle."""
+    fb, check = state.feedback(g.spec), state.validate_once(g.name, g.spec, g.numel)
+    plain = g.spec == "none"  # the identity twin: the engine's own allreduce
+    if plain and (fb is None or g.name not in fb.residuals):
+        return api.iallreduce(x, op="sum", comm=comm, out=x, timeout=state.timeout,
+                              algorithm=state.plain_algorithm(), validate=check)
+    algo = state.plain_algorithm() if plain else state.algorithm
+    h = api.iallreduce(x, op="sum", comm=comm, out=x, name=g.name, step=step,
+                       compressor=state.compressor(g.spec), feedback=fb,
+                       scheme="dense" if plain else state.scheme, algorithm=algo,
+                       timeout=state.timeout, stats=st, validate=check)
+    if plain and fb is not None:  # a residual moved here went out in full
+        fb.residuals.pop(g.name, None)
+    return h
 
 
 def _norm_observer(state: CompressionState, step: int) -> Any:

@@ -16,13 +16,16 @@ class Job:
 
     future: Any
     buffer: Any
-    parts: list[tuple[Any, Any, Any, dict]]  # (group or None, input, handle, stats)
+    #: (group or None, input, handle or a callable that starts the collective, stats)
+    parts: list[tuple[Any, Any, Any, dict]]
     record: dict[str, Any]
     after: Callable[[Any], None] | None = None
     done: list[float] = field(default_factory=list)
 
     def run(self) -> None:
         for group, x, handle, _ in self.parts:
+            if callable(handle):  # started here (engines that match messages by order)
+                handle = handle()
             handle.wait()
             if group is not None:
                 group.scatter(self.buffer, x)

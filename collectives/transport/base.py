@@ -88,6 +88,9 @@ class Communicator(ABC):
 
     #: short engine name, e.g. "mpi" or "torch"
     engine: str = "abstract"
+    #: whether messages are matched by tag; where not (NCCL), messages between two ranks match
+    #: in the order they were posted, so nothing may interleave two message streams
+    matches_by_tag: bool = True
 
     def __init__(self) -> None:
         self._seq = 0

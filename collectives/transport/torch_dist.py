@@ -1,4 +1,10 @@
-"""Transport over a torch.distributed process group (gloo on CPU, NCCL on GPU)."""
+"""Transport over a torch.distributed process group (gloo on CPU, NCCL on GPU).
+
+compcoll's algorithms work on host arrays. gloo takes them as they are (zero-copy CPU tensors);
+NCCL only moves device memory, so on an NCCL group every message is staged through a tensor
+on the rank's current CUDA device: copied there before a send, and back into the host array
+once a receive has completed.
+"""
 
 from __future__ import annotations
 
@@ -20,24 +26,31 @@ def _torch():
 
 
 class _WorkRequest(Request):
-    __slots__ = ("_work", "_done", "_keep")
+    __slots__ = ("_work", "_done", "_keep", "_land")
 
-    def __init__(self, work: Any, peer: int | None, what: str, keep: object = None) -> None:
+    def __init__(self, work: Any, peer: int | None, what: str, keep: object = None,
+                 land: Any = None) -> None:
         super().__init__(peer, what)
         self._work = work
         self._done = False
         self._keep = keep
+        self._land = land  # staged receive: copies the staging tensor into the host array
+
+    def _finish(self) -> None:
+        self._done = True
+        if self._land is not None:
+            land, self._land = self._land, None
+            land()
+        self._keep = None
 
     def test(self) -> bool:
         if not self._done:
             try:
-                self._done = bool(self._work.is_completed())
-                if self._done:
+                if self._work.is_completed():
                     self._work.wait()  # surfaces an error the work finished with
+                    self._finish()
             except RuntimeError as exc:
                 raise TransportError(f"torch.distributed error during {self.what}: {exc}") from exc
-            if self._done:
-                self._keep = None
         return self._done
 
     blocking = True  # gloo's send/recv work only completes inside wait()
@@ -51,7 +64,7 @@ class _WorkRequest(Request):
             if "imeout" in str(exc) or "timed out" in str(exc).lower():
                 return False
             raise TransportError(f"torch.distributed error during {self.what}: {exc}") from exc
-        self._done, self._keep = True, None
+        self._finish()
         return True
 
 
@@ -60,7 +73,9 @@ class TorchCommunicator(Communicator):
 
     engine = "torch"
 
-    def __init__(self, group: Any = None) -> None:
+    def __init__(self, group: Any = None, stage_device: Any = None) -> None:
+        """``stage_device``: where messages are staged (default: the current CUDA device on an
+        NCCL group, none on gloo; "cpu" stages through CPU tensors, which tests use)."""
         super().__init__()
         torch, dist = _torch()
         if not dist.is_initialized():
@@ -73,6 +88,10 @@ class TorchCommunicator(Communicator):
         self._size = dist.get_world_size(self.group)
         self._global = [dist.get_global_rank(self.group, r) for r in range(self._size)]
         self.backend = str(dist.get_backend(self.group))
+        if stage_device is None and self.backend == "nccl":
+            stage_device = torch.device("cuda", torch.cuda.current_device())
+        self.stage_device = None if stage_device is None else torch.device(stage_device)
+        self.matches_by_tag = self.backend != "nccl"  # NCCL ignores tags
 
     @property
     def rank(self) -> int:
@@ -86,26 +105,44 @@ class TorchCommunicator(Communicator):
         torch, _ = _torch()
         return torch.from_numpy(buf.reshape(-1).view(np.uint8))
 
+    def _out(self, host: Any, read_too: bool = False) -> tuple[Any, Any]:
+        """The tensor the engine writes into for ``host`` (``read_too``: and reads from), and
+        how to land it there after."""
+        if self.stage_device is None:
+            return host, None
+        torch, _ = _torch()
+        staged = (host.to(self.stage_device, copy=True) if read_too else
+                  torch.empty_like(host, device=self.stage_device))
+
+        def land() -> None:
+            host.copy_(staged)  # a device->host copy waits for the engine's stream
+
+        return staged, land
+
+    def _in(self, host: Any) -> Any:
+        """The tensor the engine reads ``host`` from (a staged copy on NCCL)."""
+        return host if self.stage_device is None else host.to(self.stage_device, copy=True)
+
     def isend(self, buf: np.ndarray, dest: int, tag: int, what: str = "send") -> Request:
         _, dist = _torch()
-        t = self._tensor(buf)
+        t = self._in(self._tensor(buf))
         self.bytes_sent += buf.nbytes
         return _WorkRequest(dist.isend(t, self._global[dest], group=self.group, tag=tag),
                             dest, what, t)
 
     def irecv(self, buf: np.ndarray, source: int, tag: int, what: str = "recv") -> Request:
         _, dist = _torch()
-        t = self._tensor(buf)
+        t, land = self._out(self._tensor(buf))
         return _WorkRequest(dist.irecv(t, self._global[source], group=self.group, tag=tag),
-                            source, what, t)
+                            source, what, t, land)
 
     def iallgather_ints(self, values: np.ndarray, out: np.ndarray) -> Request:
         torch, dist = _torch()
-        src = torch.from_numpy(values)
-        dst = torch.from_numpy(out.reshape(-1))
+        src = self._in(torch.from_numpy(values))
+        dst, land = self._out(torch.from_numpy(out.reshape(-1)))
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         work = gather(dst, src, group=self.group, async_op=True)
-        return _WorkRequest(work, None, "allgather of metadata", (src, dst))
+        return _WorkRequest(work, None, "allgather of metadata", (src, dst), land)
 
     def native_iallreduce(self, buf: np.ndarray, dtype: DType, op: str) -> Request:
         """torch.distributed.all_reduce in place on ``buf`` (the engine's own algorithm)."""
@@ -116,17 +153,18 @@ class TorchCommunicator(Communicator):
             t = torch.from_numpy(buf)
         rop = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT,
                "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[op]
+        staged, land = self._out(t, read_too=True)
         try:
-            work = dist.all_reduce(t, op=rop, group=self.group, async_op=True)
+            work = dist.all_reduce(staged, op=rop, group=self.group, async_op=True)
         except RuntimeError as exc:
             raise TransportError(f"torch.distributed.all_reduce failed: {exc}") from exc
-        return _WorkRequest(work, None, "torch all_reduce", t)
+        return _WorkRequest(work, None, "torch all_reduce", staged, land)
 
     def split(self, ranks: list[int], timeout: float = 300.0) -> TorchCommunicator | None:
         """A sub-group of the given group ranks (every rank must call it); None if not a member."""
         _, dist = _torch()
         pg = dist.new_group([self._global[r] for r in ranks], timeout=timedelta(seconds=timeout))
-        return TorchCommunicator(pg) if self._rank in ranks else None
+        return TorchCommunicator(pg, self.stage_device) if self._rank in ranks else None
 
     def abort(self, code: int = 1) -> None:
         import os

@@ -13,6 +13,7 @@ from mpi4py import MPI
 import collectives.ddp as cddp
 from collectives.costmodel import CostParams
 from collectives.policy import AutoPolicy, Rules
+from collectives.transport.torch_dist import TorchCommunicator
 
 from common import WORLD, Checker
 
@@ -59,12 +60,33 @@ def main() -> None:
                    start_step=4)
     if warm is not None:
         chk.check(all("groups" not in r for r in warm.timeline), "warm-up sent uncompressed")
+    chk.run("ordered", ordered, chk)
     chk.run("rules", rules, chk)
     chk.run("non-finite", nonfinite, chk)
     chk.run("auto", auto, chk)
     dist.barrier()
     dist.destroy_process_group()
     chk.finish()
+
+
+def ordered(chk: Checker) -> None:
+    """Where messages match only in posting order (NCCL; here gloo staged through CPU tensors
+    with tags set aside), the worker starts the collectives: same gradients, bit for bit."""
+    comm = TorchCommunicator(dist.new_group(list(range(WORLD.size))), stage_device="cpu")
+    comm.matches_by_tag = False
+    runs = []
+    for kw in ({}, {"comm": comm}):
+        model = make(0.004)
+        state = cddp.CompressionState(policy="uniform:bits=8", **kw).bind(model)
+        model.register_comm_hook(state, cddp.compression_hook)
+        got = []
+        for step in range(3):
+            backward(model, step)
+            got.append(grads(model))
+        runs.append(got)
+    for step, (a, b) in enumerate(zip(*runs, strict=True)):
+        for name in a:
+            chk.check(torch.equal(a[name], b[name]), f"ordered step {step}: {name}")
 
 
 def rules(chk: Checker) -> None:
