@@ -6,8 +6,8 @@ import numpy as np
 
 from . import kernels
 from ._util import check_indices, index_dtype
-from .arrays import storage_dtype
-from .base import Compressor, Layout
+from .arrays import storage_dtype, to_host
+from .base import Compressor, Layout, derive_seed
 from .payload import Payload
 
 
@@ -30,8 +30,7 @@ def fill_sparse(flat: np.ndarray, idx: np.ndarray, bufs: dict[str, np.ndarray]) 
 
 def decode_sparse(payload: Payload, out: np.ndarray) -> None:
     """out = 0 everywhere except out[indices] = values."""
-    out.fill(0)
-    kernels.scatter(out, payload.buffers["indices"], payload.buffers["values"])
+    kernels.scatter_dense(out, payload.buffers["indices"], payload.buffers["values"])
 
 
 def check_sparse(payload: Payload) -> None:
@@ -43,15 +42,36 @@ class SparsifierFeedback:
     """Mixin: error feedback folded into a sparsifier whose payload keeps exact values.
 
     The residual becomes x + residual in place, the payload is taken from it, and the sent
-    entries are zeroed: exactly compensate / compress / update, with one pass over the data
-    instead of four (no compensated copy, no decoded tensor, no subtraction)."""
+    entries are zeroed: exactly compensate / compress / update. A compressor whose
+    ``_select_feedback`` has a kernel does it all in one pass over the data (the sum formed,
+    filtered and written back together); otherwise numpy passes around ``compress`` do it
+    (still no compensated copy, no decoded tensor, no subtraction)."""
 
     fuses_feedback = True
+
+    def _select_feedback(self, flat: np.ndarray, residual: np.ndarray,
+                         seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(indices, values) that ``compress(flat + residual)`` would send, with residual left
+        as flat + residual less them (and 0 where not finite); None where no kernel does it."""
+        return None
 
     def compress_feedback(self: Compressor, x: np.ndarray, residual: np.ndarray, *, name: str,
                           step: int = 0) -> Payload | None:
         if not self._feedback_args(x, residual):
             return None
+        flat = x.reshape(-1)
+        if flat.size < 2**31 and not np.may_share_memory(flat, residual):
+            seed = derive_seed(getattr(self, "seed", 0), name, step)
+            picked = self._select_feedback(flat, residual, seed)  # type: ignore[attr-defined]
+            if picked is not None:
+                _, info = to_host(x)
+                return Payload(self.name, info.dtype, info.shape, self.params,
+                               {"indices": picked[0], "values": picked[1]}, origin=info)
+        return SparsifierFeedback._compress_feedback_numpy(self, x, residual, name=name,
+                                                           step=step)
+
+    def _compress_feedback_numpy(self: Compressor, x: np.ndarray, residual: np.ndarray, *,
+                                 name: str, step: int = 0) -> Payload:
         np.add(residual, x.reshape(-1), out=residual)
         payload = self.compress(residual.reshape(x.shape), name=name, step=step)
         residual[payload.buffers["indices"]] = 0

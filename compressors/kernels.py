@@ -7,9 +7,10 @@ import numpy as np
 import _compcoll
 
 __all__ = ["OPENMP", "dequantize", "gather", "qsgd_decode", "qsgd_encode", "quantize",
-           "quantize_feedback", "scatter", "select_above", "sign_pack", "sign_unpack",
+           "quantize_feedback", "scatter", "scatter_dense", "select_above",
+           "select_above_feedback", "sign_pack", "sign_unpack",
            "terngrad_decode", "terngrad_encode",
-           "set_num_threads", "topk_indices", "topk_sampled_indices"]
+           "set_num_threads", "topk_feedback", "topk_indices", "topk_sampled_indices"]
 
 #: Whether the kernels were built with OpenMP (else every kernel runs on one thread).
 OPENMP: bool = bool(_compcoll.openmp)
@@ -87,6 +88,21 @@ def select_above(x: np.ndarray, tau: float) -> np.ndarray:
     return _compcoll.select_above(x, tau)
 
 
+def topk_feedback(x: np.ndarray, residual: np.ndarray, k: int, approximate: bool = False,
+                  seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Error feedback and top-k in one pass: ``residual += x``, then the int32 indices of
+    ``topk_indices(residual, k)`` (``topk_sampled_indices(residual, k, seed)`` when
+    approximate) and their float32 values; the residual keeps the rest (the selected entries
+    and any NaN/Inf become 0). x: float32, residual: flat float32 of x's size, < 2**31."""
+    return _compcoll.topk_feedback(x, residual, k, approximate, seed)
+
+
+def select_above_feedback(x: np.ndarray, residual: np.ndarray,
+                          tau: float) -> tuple[np.ndarray, np.ndarray]:
+    """``topk_feedback`` for ``select_above(residual, tau)``."""
+    return _compcoll.select_above_feedback(x, residual, tau)
+
+
 def gather(x: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """out[j] = x[idx[j]]; float32/float64 through the kernel, other dtypes through numpy."""
     if x.dtype not in (np.float32, np.float64):
@@ -97,6 +113,16 @@ def gather(x: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None) -> np.
     out = np.empty(idx.size, x.dtype) if out is None else out
     _compcoll.gather(x, idx, out)
     return out
+
+
+def scatter_dense(out: np.ndarray, idx: np.ndarray, vals: np.ndarray) -> None:
+    """out = 0 except out[idx] = vals (the last of equal indices wins), in one pass over out
+    where idx ascends. out: flat and contiguous."""
+    if out.dtype in (np.float32, np.float64) and vals.dtype == out.dtype:
+        _compcoll.scatter_dense(out, idx, vals)
+    else:
+        out.fill(0)
+        out[idx] = vals
 
 
 def scatter(out: np.ndarray, idx: np.ndarray, vals: np.ndarray, accumulate: bool = False) -> None:

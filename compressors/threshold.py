@@ -51,6 +51,10 @@ class Threshold(SparsifierFeedback, Compressor):
                 **where: Any) -> None:
         fill_sparse(flat, kernels.select_above(to_f32(flat, dtype), self.tau), bufs)
 
+    def _select_feedback(self, flat: np.ndarray, residual: np.ndarray,
+                         seed: int) -> tuple[np.ndarray, np.ndarray]:
+        return kernels.select_above_feedback(flat, residual, self.tau)
+
     def _decode(self, payload: Payload, out: np.ndarray) -> None:
         decode_sparse(payload, out)
 

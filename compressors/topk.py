@@ -72,6 +72,11 @@ class TopK(SparsifierFeedback, Compressor):
             idx = kernels.topk_indices(x32, k)
         fill_sparse(flat, idx, bufs)
 
+    def _select_feedback(self, flat: np.ndarray, residual: np.ndarray,
+                         seed: int) -> tuple[np.ndarray, np.ndarray]:
+        return kernels.topk_feedback(flat, residual, k_of(flat.size, self.ratio),
+                                     self.approximate, seed)
+
     def _decode(self, payload: Payload, out: np.ndarray) -> None:
         decode_sparse(payload, out)
 

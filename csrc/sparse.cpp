@@ -1,6 +1,8 @@
 // Gather and scatter for sparse payloads (index + value lists). Scatter of unique indices runs
 // in parallel; accumulation with possible duplicates runs in index-list order on one thread,
 // so summing the same lists always rounds the same way.
+#include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "compress_common.h"
@@ -28,6 +30,34 @@ void scatter_t(T* out, size_t n, const I* idx, const T* vals, size_t k, bool acc
   int nt = num_threads();
 #pragma omp parallel for num_threads(nt) if (parallel_ok(nt, k)) schedule(static)
   for (ptrdiff_t j = 0; j < ptrdiff_t(k); ++j) out[idx[j]] = vals[j];
+}
+
+// out = 0 except out[idx[j]] = vals[j] (the last of equal indices wins). Ascending indices are
+// written a block at a time: each block is zeroed and gets its entries while it sits in L1, one
+// pass over out instead of a fill and then a scatter of cache misses.
+template <class T, class I>
+void scatter_dense_t(T* out, size_t n, const I* idx, const T* vals, size_t k) {
+  bool sorted = true;
+  for (size_t j = 0; j < k; ++j) {
+    if (idx[j] < 0 || size_t(idx[j]) >= n)
+      throw std::out_of_range("scatter_dense: index out of range");
+    sorted &= j == 0 || idx[j - 1] <= idx[j];
+  }
+  int nt = num_threads();
+  if (!sorted) {
+    std::fill(out, out + n, T(0));
+    for (size_t j = 0; j < k; ++j) out[idx[j]] = vals[j];
+    return;
+  }
+  constexpr size_t kBlock = 16384 / sizeof(T);
+  const size_t nb = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for num_threads(nt) if (parallel_ok(nt, n)) schedule(static)
+  for (ptrdiff_t b = 0; b < ptrdiff_t(nb); ++b) {
+    const size_t lo = size_t(b) * kBlock, hi = std::min(n, lo + kBlock);
+    std::memset(out + lo, 0, (hi - lo) * sizeof(T));
+    size_t j = size_t(std::lower_bound(idx, idx + k, I(lo)) - idx);
+    for (; j < k && size_t(idx[j]) < hi; ++j) out[idx[j]] = vals[j];
+  }
 }
 
 template <class F>
@@ -95,6 +125,25 @@ void register_sparse(nb::module_& m) {
       },
       nb::arg("out"), nb::arg("idx"), nb::arg("vals"), nb::arg("accumulate"),
       "out[idx[j]] = vals[j], or += when accumulate (in list order); bounds-checked.");
+  m.def(
+      "scatter_dense",
+      [](HostArray out, HostArray idx, HostArray vals) {
+        if (out.dtype() != vals.dtype() || idx.size() != vals.size())
+          throw std::invalid_argument(
+              "scatter_dense: vals must match out's dtype and idx's length");
+        dispatch(out, idx, "scatter_dense", [&](auto t, auto i) {
+          using T = decltype(t);
+          using I = decltype(i);
+          auto* op = static_cast<T*>(out.data());
+          auto* ip = static_cast<const I*>(idx.data());
+          auto* vp = static_cast<const T*>(vals.data());
+          nb::gil_scoped_release nogil;
+          scatter_dense_t<T, I>(op, out.size(), ip, vp, idx.size());
+        });
+      },
+      nb::arg("out"), nb::arg("idx"), nb::arg("vals"),
+      "out = 0 except out[idx[j]] = vals[j] (the last of equal indices wins); bounds-checked. "
+      "One pass over out when idx ascends.");
   m.def(
       "merge_sorted",
       [](HostArray ia, HostArray va, HostArray ib, HostArray vb, HostArray io, HostArray vo) {

@@ -3,9 +3,17 @@
 // exact k-th largest. Ties are broken by the lower index, so the selection is a function of x
 // alone (same on every rank, for any thread count). Indices come back in ascending order.
 // The sampled-threshold variant (Lin et al. 2018, DGC) stops after the pass: no exact cut.
+// topk_feedback / select_above_feedback fold error feedback into the pass: x + residual is
+// formed, filtered and written back (selected entries as 0) in one visit of the data.
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <string>
 #include <utility>
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 #include "compress_common.h"
 
@@ -37,8 +45,10 @@ std::vector<Index> collect(const float* x, size_t n, uint32_t thr) {
   return out;
 }
 
-// The r-th largest key (1-based) of a sample of x drawn at positions hashed from seed.
-uint32_t sample_threshold(const float* x, size_t n, size_t r, uint64_t seed) {
+// The r-th largest key (1-based) of a sample of the values get(pos) at positions hashed from
+// seed (every position when n <= kSample).
+template <class Get>
+uint32_t sample_threshold_of(Get&& get, size_t n, size_t r, uint64_t seed) {
   const size_t s = std::min(n, kSample);
   if (r == 0) return 0xffffffffu;
   if (r > s) return 0;
@@ -52,10 +62,36 @@ uint32_t sample_threshold(const float* x, size_t n, size_t r, uint64_t seed) {
                    mix32(uint32_t(i) * 0x9e3779b9u ^ uint32_t(seed >> 32) ^ 0x5bd1e995u);
       pos = size_t(h % n);
     }
-    keys[i] = abs_key(x[pos]);
+    keys[i] = abs_key(get(pos));
   }
   std::nth_element(keys.begin(), keys.begin() + (r - 1), keys.end(), std::greater<uint32_t>());
   return keys[r - 1];
+}
+
+// The r-th largest key (1-based) of s values get(pos), one at a hashed place in each of s
+// equal strata of [0, n): no worse an estimate than s independent draws, and the reads run
+// forward through memory (a fraction of the cost of s random reads of a large array).
+template <class Get>
+uint32_t strata_threshold(Get&& get, size_t n, size_t s, size_t r, uint64_t seed) {
+  if (r == 0) return 0xffffffffu;
+  if (r > s) return 0;
+  std::vector<uint32_t> keys(s);
+  const uint32_t salt = uint32_t(seed) ^ uint32_t(seed >> 32);
+  auto pos = [&](size_t j) {
+    const size_t lo = j * n / s, width = (j + 1) * n / s - lo;
+    return lo + size_t(mix32(uint32_t(j) ^ salt)) % width;
+  };
+  constexpr size_t kAhead = 16;
+  for (size_t j = 0; j < s; ++j) {
+    if (j + kAhead < s) get.prefetch(pos(j + kAhead));
+    keys[j] = abs_key(get(pos(j)));
+  }
+  std::nth_element(keys.begin(), keys.begin() + (r - 1), keys.end(), std::greater<uint32_t>());
+  return keys[r - 1];
+}
+
+uint32_t sample_threshold(const float* x, size_t n, size_t r, uint64_t seed) {
+  return sample_threshold_of([x](size_t i) { return x[i]; }, n, r, seed);
 }
 
 // Keep exactly k of the candidates (ascending indices): the largest keys, lower index on ties.
@@ -77,14 +113,25 @@ std::vector<Index> exact_cut(const float* x, std::vector<Index> cand, size_t k) 
   return out;
 }
 
-std::vector<Index> topk_exact(const float* x, size_t n, size_t k) {
-  if (k == 0) return {};
-  const size_t s = std::min(n, kSample);
-  // Aim the sample rank above k's expected share by a few standard deviations, so one pass
-  // almost always collects >= k candidates; if not, fall back to taking every element.
+constexpr uint64_t kExactSeed = 0x243f6a8885a308d3ull;
+// Strata of the exact selection's sample: fewer reads than kSample, for a few percent more
+// candidates.
+constexpr size_t kStrata = size_t(1) << 14;
+
+// The sample rank whose key makes the exact selection's threshold: above k's expected share by
+// a few standard deviations, so one pass almost always keeps >= k candidates. 0: no sample
+// (every element is a candidate).
+size_t exact_sample_rank(size_t n, size_t k, size_t s) {
   double expect = double(k) * double(s) / double(n);
   size_t r = size_t(std::ceil(expect * 1.05 + 4.0 * std::sqrt(expect) + 8.0));
-  uint32_t thr = (s == n || r >= s) ? 0 : sample_threshold(x, n, r, 0x243f6a8885a308d3ull);
+  return (s == n || r >= s) ? 0 : r;
+}
+
+std::vector<Index> topk_exact(const float* x, size_t n, size_t k) {
+  if (k == 0) return {};
+  // If the sample misses (fewer than k candidates), fall back to taking every element.
+  const size_t r = exact_sample_rank(n, k, std::min(n, kSample));
+  uint32_t thr = r == 0 ? 0 : sample_threshold(x, n, r, kExactSeed);
   std::vector<Index> cand = collect(x, n, thr);
   if (cand.size() < k) cand = collect(x, n, 0);
   return exact_cut(x, std::move(cand), k);
@@ -104,6 +151,271 @@ nb::ndarray<nb::numpy, Index, nb::ndim<1>> to_numpy(std::vector<Index>&& v) {
   auto* heap = new std::vector<Index>(std::move(v));
   nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<Index>*>(p); });
   return nb::ndarray<nb::numpy, Index, nb::ndim<1>>(heap->data(), {heap->size()}, owner);
+}
+
+// ---- Selection with error feedback folded in -------------------------------------------
+// v = x + residual is formed, stored as the new residual and filtered against a threshold in
+// one pass; the exact cut then orders only the candidates, and the sent entries (and any
+// non-finite ones) are zeroed. The selection is the one topk_indices / topk_sampled_indices /
+// select_above make of x + residual, values included.
+
+// Indices and values of the elements a pass keeps, in ascending index order. The vectors'
+// tails past `size` are scratch: a block writes its hits there before they are counted.
+struct Kept {
+  std::unique_ptr<uint32_t[]> idx;  // not value-initialized: growing touches no memory
+  std::unique_ptr<float[]> val;
+  size_t size = 0, cap = 0;
+  void room(size_t m) {
+    if (size + m <= cap) return;
+    const size_t c = std::max(size + m, cap * 2);
+    std::unique_ptr<uint32_t[]> i(new uint32_t[c]);
+    std::unique_ptr<float[]> v(new float[c]);
+    std::copy_n(idx.get(), size, i.get());
+    std::copy_n(val.get(), size, v.get());
+    idx = std::move(i);
+    val = std::move(v);
+    cap = c;
+  }
+};
+
+constexpr size_t kPassBlock = 4096;
+
+// Over [lo, hi): (i, v) appended to kept where abs_key(v) >= thr, with v = res[i] + x[i] stored
+// back into res as 0 where kept and v elsewhere (ADD: the residual as if everything kept were
+// sent), or v = res[i], read only (!ADD). Returns whether some v was not finite.
+template <bool ADD>
+bool keep_pass(const float* __restrict x, float* __restrict res, size_t lo, size_t hi,
+               uint32_t thr, Kept& kept) {
+  bool bad = false;
+  for (size_t b = lo; b < hi; b += kPassBlock) {
+    const size_t e = std::min(hi, b + kPassBlock);
+    kept.room(e - b);
+    uint32_t* __restrict ki = kept.idx.get() + kept.size;
+    float* __restrict kv = kept.val.get() + kept.size;
+    size_t m = 0, i = b;
+#ifdef __AVX512F__
+    // 16 lanes at a time; the hits of a vector go out with compress-stores.
+    const __m512i thrv = _mm512_set1_epi32(int(thr));
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    __m512i iv = _mm512_add_epi32(_mm512_set1_epi32(int(uint32_t(i))),
+                                  _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
+                                                    13, 14, 15));
+    const __m512i step = _mm512_set1_epi32(16);
+    __mmask16 badm = 0;
+    // Prefetch a page ahead: hardware prefetch alone leaves a fifth of the bandwidth unused.
+    constexpr size_t kAhead = 1024;
+    for (; i + 16 <= e; i += 16) {
+      if (i + kAhead < hi) {
+        __builtin_prefetch(res + i + kAhead);
+        if constexpr (ADD) __builtin_prefetch(x + i + kAhead);
+      }
+      __m512 v = _mm512_loadu_ps(res + i);
+      if constexpr (ADD) {
+        v = _mm512_add_ps(v, _mm512_loadu_ps(x + i));
+      }
+      const __m512i key = _mm512_and_si512(_mm512_castps_si512(v), absm);
+      const __mmask16 hit = _mm512_cmpge_epu32_mask(key, thrv);
+      if constexpr (ADD) _mm512_storeu_ps(res + i, _mm512_maskz_mov_ps(__mmask16(~hit), v));
+      badm |= _mm512_cmpge_epu32_mask(key, inf);
+      if (hit) {
+        _mm512_mask_compressstoreu_epi32(ki + m, hit, iv);
+        _mm512_mask_compressstoreu_ps(kv + m, hit, v);
+        m += size_t(__builtin_popcount(hit));
+      }
+      iv = _mm512_add_epi32(iv, step);
+    }
+    bad |= badm != 0;
+#endif
+    for (; i < e; ++i) {  // branch-free append: the slot is written, and counted on a hit
+      float v = res[i];
+      if constexpr (ADD) v += x[i];
+      const uint32_t key = abs_key(v);
+      if constexpr (ADD) res[i] = key >= thr ? 0.0f : v;
+      bad |= key >= 0x7f800000u;
+      ki[m] = uint32_t(i);
+      kv[m] = v;
+      m += key >= thr;
+    }
+    kept.size += m;
+  }
+  return bad;
+}
+
+// keep_pass over [0, n) on the kernel threads: contiguous ranges, concatenated in order, so
+// the result does not depend on the thread count.
+template <bool ADD>
+bool keep_all(const float* x, float* res, size_t n, uint32_t thr, size_t expect, Kept& kept) {
+  const int nt = parallel_ok(num_threads(), n) ? num_threads() : 1;
+  kept.size = 0;
+  if (nt == 1) {
+    kept.room(std::min(n, expect));
+    return keep_pass<ADD>(x, res, 0, n, thr, kept);
+  }
+  std::vector<Kept> parts(static_cast<size_t>(nt));
+  bool bad = false;
+  const size_t per = (n / size_t(nt) + 15) / 16 * 16;
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(|| : bad)
+  for (int t = 0; t < nt; ++t) {
+    const size_t lo = std::min(n, size_t(t) * per), hi = t + 1 == nt ? n : std::min(n, lo + per);
+    parts[size_t(t)].room(std::min(hi - lo, expect / size_t(nt) + kPassBlock));
+    bad = keep_pass<ADD>(x, res, lo, hi, thr, parts[size_t(t)]) || bad;
+  }
+  size_t total = 0;
+  for (auto& p : parts) total += p.size;
+  kept.room(total);
+  for (auto& p : parts) {
+    std::copy_n(p.idx.get(), p.size, kept.idx.get() + kept.size);
+    std::copy_n(p.val.get(), p.size, kept.val.get() + kept.size);
+    kept.size += p.size;
+  }
+  return bad;
+}
+
+// Keeps exactly k of the kept elements, still in ascending index order: the largest keys, the
+// lower index on ties; dropped(index, value) sees each of the others. A rank packs key and
+// inverted index into one integer (larger: goes first). A histogram of the keys finds the bin
+// that holds the k-th; only that bin's ranks are ordered (nth_element), and a compaction keeps
+// the ranks at or above the k-th.
+template <class Dropped>
+void cut_kept(Kept& kept, size_t k, Dropped&& dropped) {
+  const size_t m = kept.size;
+  const uint32_t* idx = kept.idx.get();
+  const float* val = kept.val.get();
+  if (m <= k) return;
+  if (k == 0) {
+    for (size_t j = 0; j < m; ++j) dropped(idx[j], val[j]);
+    kept.size = 0;
+    return;
+  }
+  uint32_t lo = 0xffffffffu, hi = 0;
+  for (size_t j = 0; j < m; ++j) {
+    lo = std::min(lo, abs_key(val[j]));
+    hi = std::max(hi, abs_key(val[j]));
+  }
+  constexpr size_t kBins = 4096;
+  int shift = 0;
+  while (((hi - lo) >> shift) >= kBins) ++shift;
+  std::vector<uint32_t> hist(kBins, 0);
+  for (size_t j = 0; j < m; ++j) ++hist[(abs_key(val[j]) - lo) >> shift];
+  size_t bin = (hi - lo) >> shift, above = 0;  // kept elements in bins above `bin`
+  while (above + hist[bin] < k) above += hist[bin--];
+  auto rank_of = [&](size_t j) {
+    return (uint64_t(abs_key(val[j])) << 32) | uint64_t(~idx[j]);
+  };
+  std::vector<uint64_t> ranks;
+  ranks.reserve(hist[bin]);
+  for (size_t j = 0; j < m; ++j)
+    if (((abs_key(val[j]) - lo) >> shift) == bin) ranks.push_back(rank_of(j));
+  const size_t need = k - above;  // of this bin, 1..hist[bin]
+  std::nth_element(ranks.begin(), ranks.begin() + ptrdiff_t(need - 1), ranks.end(),
+                   std::greater<uint64_t>());
+  const uint64_t pivot = ranks[need - 1];
+  uint32_t* io = kept.idx.get();
+  float* vo = kept.val.get();
+  size_t o = 0;
+  for (size_t j = 0; j < m; ++j) {
+    const bool in = rank_of(j) >= pivot;
+    if (!in) dropped(idx[j], val[j]);
+    io[o] = idx[j];
+    vo[o] = val[j];
+    o += in;
+  }
+  kept.size = o;
+}
+
+enum class Select { exact, sampled, above };
+
+// The selection of v = x + res that `how` names (k, seed; tau's key bound for `above`), with
+// res left holding v minus what was kept (sent entries and non-finite ones are 0), into kept.
+void select_feedback(const float* x, float* res, size_t n, Select how, size_t k, uint64_t seed,
+                     uint32_t above, Kept& kept) {
+  kept.size = 0;
+  if (n == 0) return;
+  struct {
+    const float* x;
+    const float* res;
+    float operator()(size_t i) const { return res[i] + x[i]; }
+    void prefetch(size_t i) const {
+      __builtin_prefetch(res + i);
+      __builtin_prefetch(x + i);
+    }
+  } v_at{x, res};
+  const size_t s = std::min(n, kSample);
+  uint32_t thr = 0;  // k >= n: everything
+  size_t expect = n;
+  if (how == Select::above) {
+    thr = above;
+    expect = kPassBlock;
+  } else if (k == 0) {
+    thr = 0xffffffffu;  // nothing: keys stop at 0x7fffffff
+    expect = 0;
+  } else if (k < n && how == Select::exact) {
+    const size_t se = std::min(n, kStrata);
+    const size_t r = exact_sample_rank(n, k, se);
+    if (r) {
+      // Any threshold gives the same result (only the work varies): strata read fastest.
+      thr = strata_threshold(v_at, n, se, r, kExactSeed);
+      expect = size_t(double(r) * double(n) / double(se)) + kPassBlock;
+    }
+  } else if (k < n) {
+    const size_t r = std::max<size_t>(1, size_t(std::llround(double(k) * double(s) / double(n))));
+    thr = sample_threshold_of(v_at, n, std::min(r, s), seed);
+    expect = 2 * k + kPassBlock;
+  }
+  bool bad = keep_all<true>(x, res, n, thr, expect, kept);
+  // res holds 0 where kept: what is cut below goes back (NaN/Inf stay 0, see below).
+  auto restore = [res](uint32_t i, float v) {
+    if (is_finite_bits(float_to_bits(v))) res[i] = v;
+  };
+  if (how == Select::exact) {
+    if (kept.size < k) {  // the sample missed: every element is a candidate
+      for (size_t j = 0; j < kept.size; ++j) res[kept.idx[j]] = kept.val[j];
+      keep_all<false>(nullptr, res, n, 0, n, kept);
+      std::fill(res, res + n, 0.0f);
+    }
+    cut_kept(kept, k, restore);
+  } else if (how == Select::sampled && k < n && kept.size > 2 * k) {
+    cut_kept(kept, k, restore);  // a badly low threshold: back to exactly k
+  }
+  if (bad) {  // NaN/Inf left behind would poison every later step
+    for (size_t i = 0; i < n; ++i)
+      if (!is_finite_bits(float_to_bits(res[i]))) res[i] = 0.0f;
+  }
+}
+
+template <class T>
+nb::ndarray<nb::numpy, T, nb::ndim<1>> owned_array(std::unique_ptr<T[]> data, size_t size) {
+  T* p = data.release();
+  nb::capsule owner(p, [](void* q) noexcept { delete[] static_cast<T*>(q); });
+  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(p, {size}, owner);
+}
+
+// select_feedback into candidate space kept per thread (fresh memory costs a page fault per
+// 4 KiB), then (int32 indices, float32 values) arrays of the selection's own size.
+nb::tuple select_feedback_numpy(const float* x, float* res, size_t n, Select how, size_t k,
+                                uint64_t seed, uint32_t above) {
+  thread_local Kept scratch;
+  std::unique_ptr<int32_t[]> idx;
+  std::unique_ptr<float[]> val;
+  size_t m;
+  {
+    nb::gil_scoped_release nogil;
+    select_feedback(x, res, n, how, k, seed, above, scratch);
+    m = scratch.size;
+    idx.reset(new int32_t[std::max<size_t>(m, 1)]);  // indices < 2^31: int32, as payloads keep them
+    val.reset(new float[std::max<size_t>(m, 1)]);
+    std::copy_n(scratch.idx.get(), m, reinterpret_cast<uint32_t*>(idx.get()));
+    std::copy_n(scratch.val.get(), m, val.get());
+    if (scratch.cap > (size_t(1) << 22)) scratch = Kept();  // keep at most 32 MiB around
+  }
+  return nb::make_tuple(owned_array(std::move(idx), m), owned_array(std::move(val), m));
+}
+
+float* residual_data(HostArray& res, size_t n, const char* what) {
+  float* rp = typed_data<float>(res, n, what);
+  if (n >= (size_t(1) << 31))
+    throw std::invalid_argument(std::string(what) + ": more than 2^31 - 1 elements");
+  return rp;
 }
 
 }  // namespace
@@ -152,6 +464,32 @@ void register_topk(nb::module_& m) {
         return to_numpy(std::move(out));
       },
       nb::arg("x"), nb::arg("tau"), "Ascending indices with |x| > tau (non-finite always kept).");
+  m.def(
+      "topk_feedback",
+      [](HostArray x, HostArray res, size_t k, bool approximate, uint64_t seed) {
+        const float* xp = f32_data(x, "topk_feedback");
+        const size_t n = x.size();
+        float* rp = residual_data(res, n, "topk_feedback residual");
+        return select_feedback_numpy(xp, rp, n, approximate ? Select::sampled : Select::exact,
+                                     std::min(k, n), seed, 0);
+      },
+      nb::arg("x"), nb::arg("residual"), nb::arg("k"), nb::arg("approximate"), nb::arg("seed"),
+      "residual += x, then (int32 indices, float32 values) of topk_indices(residual, k) (or "
+      "topk_sampled_indices(residual, k, seed) when approximate); the kept entries and any "
+      "non-finite ones of residual are zeroed. One pass over x and residual; n < 2^31.");
+  m.def(
+      "select_above_feedback",
+      [](HostArray x, HostArray res, float tau) {
+        const float* xp = f32_data(x, "select_above_feedback");
+        const size_t n = x.size();
+        float* rp = residual_data(res, n, "select_above_feedback residual");
+        if (!(tau >= 0.0f) || !std::isfinite(tau))
+          throw std::invalid_argument("select_above_feedback: tau must be finite and >= 0");
+        return select_feedback_numpy(xp, rp, n, Select::above, 0, 0, abs_key(tau) + 1);
+      },
+      nb::arg("x"), nb::arg("residual"), nb::arg("tau"),
+      "residual += x, then (int32 indices, float32 values) of select_above(residual, tau); "
+      "the kept entries and any non-finite ones of residual are zeroed; n < 2^31.");
 }
 
 }  // namespace compcoll

@@ -1,0 +1,134 @@
+"""Per-rank CPU time of top-k compressed allreduce with error feedback (the sparse scheme).
+
+Times, in one process, what every rank computes in ``compcoll bench compressed`` for top-k
+with error feedback: compress (residual = x + residual, exact top-k of it, payload, sent
+entries zeroed) and decode (coalesce, pack/unpack and the recursive-doubling merges of p
+ranks' payloads, then the dense result). Each step runs the way the code did before the fused
+kernels ("old": numpy passes around ``TopK.compress``, ``fill(0)`` then a fancy-index write)
+and the way the library runs it now ("new"), interleaved within every repeat; medians.
+
+Run: ``python bench/topk_cpu.py [-n 16777216] [--ratio 0.01] [-p 4] [--repeats 7]``
+(kernels on one thread, as one MPI rank per core runs them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import compressors
+from collectives.sparse.merge import coalesce, merge, pack, unpack
+from compressors import kernels
+from compressors.payload import Payload
+
+
+def old_compress_feedback(comp: Any, x: np.ndarray, residual: np.ndarray) -> Payload:
+    """Error feedback as four passes: add, top-k of the sum, zero what was sent, NaN check."""
+    np.add(residual, x, out=residual)
+    payload = comp.compress(residual.reshape(x.shape), name="g")
+    residual[payload.buffers["indices"]] = 0
+    if not np.isfinite(np.add.reduce(residual)):
+        residual[~np.isfinite(residual)] = 0
+    return payload
+
+
+def new_compress_feedback(comp: Any, x: np.ndarray, residual: np.ndarray) -> Payload:
+    return comp.compress_feedback(x, residual, name="g")
+
+
+def recursive_doubling_sets(payloads: list[Payload], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """What rank 0 computes in a recursive-doubling sparse allreduce of these payloads: its
+    own set coalesced, then per round the partner's set packed, unpacked and merged."""
+    acc = np.dtype(np.float32)
+    sets = [coalesce(p.buffers["indices"], p.buffers["values"], n, acc) for p in payloads]
+    while len(sets) > 1:
+        sets = [merge([sets[j], unpack(pack(*sets[j + 1], n), n, acc)], acc)
+                for j in range(0, len(sets), 2)]
+    return sets[0]
+
+
+def old_dense(idx: np.ndarray, val: np.ndarray, out: np.ndarray) -> None:
+    out.fill(0)
+    out[idx] = val
+
+
+def new_dense(idx: np.ndarray, val: np.ndarray, out: np.ndarray) -> None:
+    kernels.scatter_dense(out, idx, val)
+
+
+def paired(fns: dict[str, Callable[[], Any]], repeats: int,
+           setup: Callable[[], None] = lambda: None) -> dict[str, float]:
+    """Median ms of each function, run in turn within every repeat (``setup`` untimed before
+    each call), after one untimed warm-up call each."""
+    times: dict[str, list[float]] = {key: [] for key in fns}
+    for rep in range(repeats + 1):
+        for key, fn in fns.items():
+            setup()
+            t0 = time.perf_counter()
+            fn()
+            if rep:
+                times[key].append(time.perf_counter() - t0)
+    return {key: 1e3 * float(np.median(t)) for key, t in times.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-n", type=int, default=1 << 24, help="float32 elements (default 16M)")
+    ap.add_argument("--ratio", type=float, default=0.01)
+    ap.add_argument("-p", type=int, default=4, help="ranks whose payloads are merged (power of 2)")
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--approximate", action="store_true", help="sampled top-k")
+    args = ap.parse_args()
+    kernels.set_num_threads(1)
+    n, p = args.n, args.p
+    comp = compressors.get("topk", ratio=args.ratio, approximate=args.approximate)
+    rng = np.random.default_rng(0)
+
+    # Gradient-like input: normal noise; the residual after a few steps of error feedback.
+    xs = [rng.standard_normal(n, dtype=np.float32) for _ in range(p)]
+    res0 = np.zeros(n, np.float32)
+    for _ in range(3):
+        old_compress_feedback(comp, rng.standard_normal(n, dtype=np.float32), res0)
+    x = xs[0]
+    res_old, res_new = np.empty_like(res0), np.empty_like(res0)
+
+    def reset() -> None:
+        np.copyto(res_old, res0)
+        np.copyto(res_new, res0)
+
+    comp_ms = paired({"old": lambda: old_compress_feedback(comp, x, res_old),
+                      "new": lambda: new_compress_feedback(comp, x, res_new)},
+                     args.repeats, reset)
+    reset()
+    po = old_compress_feedback(comp, x, res_old)
+    pn = new_compress_feedback(comp, x, res_new)
+    same = po.to_bytes() == pn.to_bytes() and np.array_equal(res_old, res_new)
+
+    payloads = [comp.compress(xi + res0, name="g") for xi in xs]
+    merge_ms = paired({"old": lambda: recursive_doubling_sets(payloads, n),
+                       "new": lambda: recursive_doubling_sets(payloads, n)}, args.repeats)
+    ridx, rval = recursive_doubling_sets(payloads, n)
+    out_old, out_new = np.empty(n, np.float32), np.empty(n, np.float32)
+    dense_ms = paired({"old": lambda: old_dense(ridx, rval, out_old),
+                       "new": lambda: new_dense(ridx, rval, out_new)}, args.repeats)
+    same = same and np.array_equal(out_old, out_new)
+
+    k = po.buffers["indices"].size
+    print(f"top-k ratio {args.ratio}{' (sampled)' if args.approximate else ''}: n = {n}, "
+          f"k = {k}, {p} ranks' payloads merged ({ridx.size} entries), kernels on 1 thread, "
+          f"median of {args.repeats}")
+    print(f"{'step (ms per rank)':<34}{'old':>9}{'new':>9}{'old/new':>9}")
+    rows = [("compress + error feedback", comp_ms), ("merge p payloads", merge_ms),
+            ("dense output", dense_ms)]
+    total = {key: sum(r[key] for _, r in rows) for key in ("old", "new")}
+    for name, r in [*rows, ("total", total)]:
+        print(f"{name:<34}{r['old']:9.2f}{r['new']:9.2f}{r['old'] / r['new']:9.2f}")
+    print(f"payloads, residuals and dense outputs bit-identical: {same}")
+
+
+if __name__ == "__main__":
+    main()
