@@ -2,10 +2,11 @@
 
 Times, in one process, what every rank computes in ``compcoll bench compressed`` for top-k
 with error feedback: compress (residual = x + residual, exact top-k of it, payload, sent
-entries zeroed) and decode (coalesce, pack/unpack and the recursive-doubling merges of p
-ranks' payloads, then the dense result). Each step runs the way the code did before the fused
-kernels ("old": numpy passes around ``TopK.compress``, ``fill(0)`` then a fancy-index write)
-and the way the library runs it now ("new"), interleaved within every repeat; medians.
+entries zeroed) and decode (coalesce, then the recursive-doubling sparse allreduce of p ranks'
+payloads as rank 0 runs it, its partners' messages replayed, then the dense result). Each step
+runs as the code ran before the fused kernels ("old": numpy passes around ``TopK.compress``;
+the merged set built, then ``fill(0)`` and a fancy-index write) and as the library runs it
+now ("new"), interleaved within every repeat; medians.
 
 Run: ``python bench/topk_cpu.py [-n 16777216] [--ratio 0.01] [-p 4] [--repeats 7]``
 (kernels on one thread, as one MPI rank per core runs them).
@@ -21,7 +22,9 @@ from typing import Any
 import numpy as np
 
 import compressors
-from collectives.sparse.merge import coalesce, merge, pack, unpack
+from collectives.sparse import ssar
+from collectives.sparse.common import SparseJob
+from collectives.sparse.merge import coalesce, merge, pack, to_dense
 from compressors import kernels
 from compressors.payload import Payload
 
@@ -40,24 +43,61 @@ def new_compress_feedback(comp: Any, x: np.ndarray, residual: np.ndarray) -> Pay
     return comp.compress_feedback(x, residual, name="g")
 
 
-def recursive_doubling_sets(payloads: list[Payload], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """What rank 0 computes in a recursive-doubling sparse allreduce of these payloads: its
-    own set coalesced, then per round the partner's set packed, unpacked and merged."""
+class ReplayComm:
+    """Rank 0 of p as the recursive-doubling sparse allreduce sees it: sends go nowhere, each
+    receive from a peer is answered with the next message recorded for that peer."""
+
+    def __init__(self, size: int, messages: dict[int, list[np.ndarray]]) -> None:
+        self.rank, self.size, self.messages = 0, size, messages
+        self.pending: dict[int, list[np.ndarray]] = {}
+
+    def reset(self) -> None:
+        self.pending = {peer: list(m) for peer, m in self.messages.items()}
+
+    def isend(self, buf: np.ndarray, dest: int, tag: int, what: str = "send") -> None:
+        return None
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int, what: str = "recv") -> None:
+        buf[...] = self.pending[source].pop(0)
+
+
+def run_steps(gen: Any) -> Any:
+    """Drive a generator of communication steps to its return value."""
+    try:
+        while True:
+            next(gen)
+    except StopIteration as stop:
+        return stop.value
+
+
+def rank0_messages(payloads: list[Payload], n: int) -> dict[int, list[np.ndarray]]:
+    """What rank 0's partners send it in recursive doubling: per round the partner's current
+    set (count, then the packed set)."""
     acc = np.dtype(np.float32)
     sets = [coalesce(p.buffers["indices"], p.buffers["values"], n, acc) for p in payloads]
-    while len(sets) > 1:
-        sets = [merge([sets[j], unpack(pack(*sets[j + 1], n), n, acc)], acc)
-                for j in range(0, len(sets), 2)]
-    return sets[0]
+    out: dict[int, list[np.ndarray]] = {}
+    width = 1
+    while width < len(sets):
+        theirs = merge(sets[width:2 * width], acc)
+        buf = pack(*theirs, n)
+        out[width] = [np.array([buf.size], np.int64), buf]
+        width *= 2
+    return out
 
 
-def old_dense(idx: np.ndarray, val: np.ndarray, out: np.ndarray) -> None:
-    out.fill(0)
-    out[idx] = val
-
-
-def new_dense(idx: np.ndarray, val: np.ndarray, out: np.ndarray) -> None:
-    kernels.scatter_dense(out, idx, val)
+def decode(comm: ReplayComm, own: Payload, n: int, out: np.ndarray, new: bool) -> None:
+    """Rank 0's share of the sparse scheme after compressing: coalesce its payload, the
+    recursive-doubling rounds (pack, unpack, merge), the dense result."""
+    acc = np.dtype(np.float32)
+    comm.reset()
+    idx, val = coalesce(own.buffers["indices"], own.buffers["values"], n, acc)
+    job = SparseJob(comm, 0, idx, val, n, acc)  # type: ignore[arg-type]
+    if new:
+        to_dense(run_steps(ssar.recursive_doubling_parts(job)), out, acc)
+    else:
+        ridx, rval = run_steps(ssar.recursive_doubling(job))
+        out.fill(0)
+        out[ridx] = rval
 
 
 def paired(fns: dict[str, Callable[[], Any]], repeats: int,
@@ -109,21 +149,21 @@ def main() -> None:
     same = po.to_bytes() == pn.to_bytes() and np.array_equal(res_old, res_new)
 
     payloads = [comp.compress(xi + res0, name="g") for xi in xs]
-    merge_ms = paired({"old": lambda: recursive_doubling_sets(payloads, n),
-                       "new": lambda: recursive_doubling_sets(payloads, n)}, args.repeats)
-    ridx, rval = recursive_doubling_sets(payloads, n)
+    comm = ReplayComm(p, rank0_messages(payloads, n))
     out_old, out_new = np.empty(n, np.float32), np.empty(n, np.float32)
-    dense_ms = paired({"old": lambda: old_dense(ridx, rval, out_old),
-                       "new": lambda: new_dense(ridx, rval, out_new)}, args.repeats)
-    same = same and np.array_equal(out_old, out_new)
+    decode_ms = paired({"old": lambda: decode(comm, payloads[0], n, out_old, new=False),
+                        "new": lambda: decode(comm, payloads[0], n, out_new, new=True)},
+                       args.repeats)
+    same = same and out_old.tobytes() == out_new.tobytes()
+    nnz = int(np.count_nonzero(out_new))
 
     k = po.buffers["indices"].size
     print(f"top-k ratio {args.ratio}{' (sampled)' if args.approximate else ''}: n = {n}, "
-          f"k = {k}, {p} ranks' payloads merged ({ridx.size} entries), kernels on 1 thread, "
+          f"k = {k}, {p} ranks' payloads merged ({nnz} non-zeros), kernels on 1 thread, "
           f"median of {args.repeats}")
     print(f"{'step (ms per rank)':<34}{'old':>9}{'new':>9}{'old/new':>9}")
-    rows = [("compress + error feedback", comp_ms), ("merge p payloads", merge_ms),
-            ("dense output", dense_ms)]
+    rows = [("compress + error feedback", comp_ms),
+            ("sparse allreduce + dense result", decode_ms)]
     total = {key: sum(r[key] for _, r in rows) for key in ("old", "new")}
     for name, r in [*rows, ("total", total)]:
         print(f"{name:<34}{r['old']:9.2f}{r['new']:9.2f}{r['old'] / r['new']:9.2f}")

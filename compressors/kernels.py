@@ -117,8 +117,9 @@ def gather(x: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None) -> np.
 
 def scatter_dense(out: np.ndarray, idx: np.ndarray, vals: np.ndarray) -> None:
     """out = 0 except out[idx] = vals (the last of equal indices wins), in one pass over out
-    where idx ascends. out: flat and contiguous."""
-    if out.dtype in (np.float32, np.float64) and vals.dtype == out.dtype:
+    where idx ascends. out: flat."""
+    if out.dtype in (np.float32, np.float64) and vals.dtype == out.dtype \
+            and out.flags.c_contiguous:
         _compcoll.scatter_dense(out, idx, vals)
     else:
         out.fill(0)

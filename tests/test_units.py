@@ -171,3 +171,48 @@ def test_public_api_lists_algorithms() -> None:
 
     with pytest.raises(ValueError, match="available: auto, ring"):
         get("nope")
+
+
+def _sparse_sets(n: int, counts: list[int], dtype: type, seed: int) -> list:
+    rng = np.random.default_rng(seed)
+    sets = []
+    for c in counts:
+        idx = np.sort(rng.choice(n, min(c, n), replace=False)).astype(np.int64)
+        val = (rng.standard_normal(idx.size) * 10.0 ** rng.integers(-3, 4, idx.size)).astype(dtype)
+        if idx.size > 2:
+            val[:3] = [-0.0, np.nan, -np.inf]
+        sets.append((idx, val))
+    return sets
+
+
+@pytest.mark.parametrize("n", [1, 7, 4099, 100_003])
+@pytest.mark.parametrize("counts", [[], [0], [5], [5, 0, 9], [50_000, 50_000],
+                                    [3000, 20_000, 5, 40_000]])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_to_dense_equals_merge_then_scatter(n, counts, dtype, offset) -> None:
+    from collectives.sparse.merge import merge, to_dense
+
+    sets = _sparse_sets(n, counts, dtype, n + len(counts))
+    idx, val = merge(sets, np.dtype(dtype))
+    want = np.zeros(n, dtype)
+    want[idx] = val
+    out = np.full(n + offset, 3, dtype)[offset:]  # stale contents must all go
+    to_dense(sets, out, np.dtype(dtype))
+    assert out.tobytes() == want.tobytes()  # sums in list order, -0.0 and NaN as they are
+    # the general path (out of another dtype) agrees
+    out16 = np.full(n, 3, np.float16)
+    to_dense(sets, out16, np.dtype(dtype))
+    np.testing.assert_array_equal(out16, want.astype(np.float16))
+
+
+def test_merge_dense_refuses_unsorted_or_out_of_range_sets() -> None:
+    import _compcoll
+
+    out = np.zeros(10, np.float32)
+    for bad in ([3, 3], [4, 2], [-1], [10]):
+        with pytest.raises(ValueError, match="ascend strictly"):
+            _compcoll.merge_dense(out, [np.array(bad, np.int64)],
+                                  [np.ones(len(bad), np.float32)])
+    with pytest.raises(ValueError):
+        _compcoll.merge_dense(out, [np.array([1], np.int64)], [np.ones(2, np.float32)])

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from compressors import kernels
 from compressors.arrays import to_f32
 
 from .. import pricing
 from ..algorithms.common import Steps
 from ..exchange import allgather_ints
-from ..sparse import ALGORITHMS, choose
+from ..sparse import ALGORITHMS, PARTS, choose
 from ..sparse.common import SparseJob
-from ..sparse.merge import coalesce, index_dtype
+from ..sparse.merge import coalesce, index_dtype, to_dense
 from .common import Ctx
 
 
@@ -29,7 +30,7 @@ def run(ctx: Ctx) -> Steps:
     n = payload.numel
     if "indices" in payload.buffers:  # (indices, values) payloads: top-k, threshold
         vals = payload.buffers["values"]
-        idx, val = payload.buffers["indices"], to_f32(vals, payload.dtype).astype(ctx.acc)
+        idx, val = payload.buffers["indices"], to_f32(vals, payload.dtype)
     else:
         dense = ctx.decode(payload)
         idx = np.flatnonzero(dense)
@@ -44,6 +45,12 @@ def run(ctx: Ctx) -> Steps:
     vb = ctx.acc.itemsize
     job = SparseJob(ctx.comm, ctx.tag, idx, val, n, ctx.acc, k,
                     pricing.sparse_dense_threshold(index_dtype(n).itemsize, vb))
+    if algo in PARTS:  # the result goes straight to dense, never built as one set
+        parts = yield from PARTS[algo](job)
+        if ctx.fb is not None and not fused:
+            ctx.feedback_update(ctx.name, xc, payload)
+        to_dense(parts, ctx.out, ctx.acc)
+        return
     ridx, rval = yield from ALGORITHMS[algo](job)
     if fused and algo == "gtopk":  # what did not survive the global selection stays
         keep = np.isin(idx, ridx, assume_unique=True)
@@ -56,6 +63,5 @@ def run(ctx: Ctx) -> Steps:
             ctx.fb.update_sent(ctx.name, xc, sent)
         else:
             ctx.feedback_update(ctx.name, xc, payload)
-    ctx.out.fill(0)
-    ctx.out[ridx] = rval
+    kernels.scatter_dense(ctx.out, ridx, rval)
 

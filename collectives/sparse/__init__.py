@@ -6,7 +6,7 @@ Algorithms (registry ``ALGORITHMS``): ``ssar_recursive_doubling``, ``ssar_split_
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
@@ -16,8 +16,9 @@ from ..config import defaults
 from ..errors import MismatchError
 from ..progress import Handle
 from ..transport import as_communicator
+from ..transport.base import Request
 from . import gtopk, split, ssar
-from .common import SparseJob, SparseSteps
+from .common import Sparse, SparseJob, SparseSteps
 from .merge import coalesce, index_dtype
 
 ALGORITHMS: dict[str, Callable[[SparseJob], SparseSteps]] = {
@@ -27,7 +28,15 @@ ALGORITHMS: dict[str, Callable[[SparseJob], SparseSteps]] = {
     "gtopk": gtopk.gtopk,
 }
 
-__all__ = ["ALGORITHMS", "isparse_allreduce", "sparse_allreduce"]
+#: Algorithms that can hand over their result as sets whose ``merge`` (in list order) it is,
+#: for a caller that wants it dense (``merge.to_dense``: no merged set built).
+PARTS: dict[str, Callable[[SparseJob], Generator[list[Request], None, list[Sparse]]]] = {
+    "ssar_recursive_doubling": ssar.recursive_doubling_parts,
+    "ssar_split_allgather": split.split_allgather_parts,
+    "dsar": split.dsar_parts,
+}
+
+__all__ = ["ALGORITHMS", "PARTS", "isparse_allreduce", "sparse_allreduce"]
 
 
 def _host(x: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:

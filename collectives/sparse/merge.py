@@ -14,19 +14,25 @@ import numpy as np
 
 def coalesce(indices: np.ndarray, values: np.ndarray, size: int,
              acc: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted unique indices with duplicates summed; checks every index is in [0, size)."""
-    idx = np.asarray(indices).reshape(-1).astype(np.int64, copy=False)
-    val = np.asarray(values).reshape(-1).astype(acc, copy=False)
+    """Sorted unique indices with duplicates summed; checks every index is in [0, size).
+    The result never shares memory with the inputs (copied only where the casts did not)."""
+    src_idx, src_val = np.asarray(indices), np.asarray(values)
+    idx = src_idx.reshape(-1).astype(np.int64, copy=False)
+    val = src_val.reshape(-1).astype(acc, copy=False)
     if idx.size != val.size:
         raise ValueError(f"sparse input has {idx.size} indices but {val.size} values")
-    if idx.size and (idx.min() < 0 or idx.max() >= size):
-        raise ValueError(f"sparse indices must lie in [0, {size}); got [{idx.min()}, {idx.max()}]")
-    if idx.size > 1 and not (np.diff(idx) > 0).all():
+    ascending = idx.size < 2 or bool((idx[1:] > idx[:-1]).all())
+    if idx.size:
+        lo, hi = (idx[0], idx[-1]) if ascending else (idx.min(), idx.max())
+        if lo < 0 or hi >= size:
+            raise ValueError(f"sparse indices must lie in [0, {size}); got [{lo}, {hi}]")
+    if not ascending:
         uniq, inv = np.unique(idx, return_inverse=True)
         summed = np.zeros(uniq.size, dtype=acc)
         np.add.at(summed, inv, val)
         return uniq, summed
-    return idx.copy(), val.copy()
+    return (idx.copy() if np.may_share_memory(idx, src_idx) else idx,
+            val.copy() if np.may_share_memory(val, src_val) else val)
 
 
 def merge(sets: list[tuple[np.ndarray, np.ndarray]], acc: np.dtype
@@ -58,6 +64,23 @@ def merge(sets: list[tuple[np.ndarray, np.ndarray]], acc: np.dtype
     idx, val = idx[order], val[order]
     starts = np.flatnonzero(np.concatenate(([True], idx[1:] != idx[:-1])))
     return idx[starts], np.add.reduceat(val, starts)
+
+
+def to_dense(sets: list[tuple[np.ndarray, np.ndarray]], out: np.ndarray, acc: np.dtype) -> None:
+    """out = the dense form of ``merge(sets, acc)``, bit for bit (0 off its indices), written
+    in one pass over out without building the merged set (float32/float64 out of dtype acc)."""
+    sets = [s for s in sets if s[0].size]
+    if out.dtype == np.dtype(acc) and out.dtype in (np.float32, np.float64) and \
+            out.flags.c_contiguous and out.ndim == 1:
+        import _compcoll
+
+        parts = [_contiguous(s, acc) for s in sets]
+        _compcoll.merge_dense(out, [i for i, _ in parts], [v for _, v in parts])
+        return
+    from compressors import kernels
+
+    idx, val = merge(sets, acc)
+    kernels.scatter_dense(out, idx, val.astype(out.dtype, copy=False))
 
 
 def _contiguous(s: tuple[np.ndarray, np.ndarray], acc: np.dtype

@@ -9,10 +9,13 @@ dense is cheaper (``costmodel.sparse_dense_threshold``)."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import numpy as np
 
 from ..exchange import allgatherv, alltoallv
-from .common import SparseJob, SparseSteps, even_bounds, split_by_ranges
+from ..transport.base import Request
+from .common import Sparse, SparseJob, SparseSteps, even_bounds, split_by_ranges
 from .merge import merge, pack, unpack
 
 
@@ -47,15 +50,20 @@ def _decode_range(buf: np.ndarray, lo: int, hi: int, job: SparseJob
     return unpack(buf[1:], job.size, job.acc)
 
 
-def _split_allgather(job: SparseJob, allow_dense: bool) -> SparseSteps:
+def _split_allgather_parts(job: SparseJob, allow_dense: bool
+                           ) -> Generator[list[Request], None, list[Sparse]]:
     p, r = job.comm.size, job.comm.rank
     bounds = even_bounds(job.size, p)
     idx, val = yield from _owned(job, bounds)
     lo, hi = int(bounds[r]), int(bounds[r + 1])
     msg = _dense_or_sparse(idx, val, lo, hi, job, allow_dense)
     pieces = yield from allgatherv(job.comm, job.tag, msg)
-    sets = [_decode_range(b, int(bounds[j]), int(bounds[j + 1]), job)
+    return [_decode_range(b, int(bounds[j]), int(bounds[j + 1]), job)
             for j, b in enumerate(pieces)]
+
+
+def _split_allgather(job: SparseJob, allow_dense: bool) -> SparseSteps:
+    sets = yield from _split_allgather_parts(job, allow_dense)
     return np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets])
 
 
@@ -65,3 +73,12 @@ def split_allgather(job: SparseJob) -> SparseSteps:
 
 def dsar(job: SparseJob) -> SparseSteps:
     return (yield from _split_allgather(job, allow_dense=True))
+
+
+def split_allgather_parts(job: SparseJob) -> Generator[list[Request], None, list[Sparse]]:
+    """The result as its p index ranges (disjoint, ascending: their merge is the result)."""
+    return (yield from _split_allgather_parts(job, allow_dense=False))
+
+
+def dsar_parts(job: SparseJob) -> Generator[list[Request], None, list[Sparse]]:
+    return (yield from _split_allgather_parts(job, allow_dense=True))

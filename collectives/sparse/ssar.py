@@ -4,11 +4,14 @@ merge, so it suits very sparse inputs. Non-powers of two fold as the dense algor
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import numpy as np
 
 from ..algorithms.common import pof2_below
 from ..algorithms.recursive_doubling import new_rank, real_rank
-from .common import SparseJob, SparseSteps
+from ..transport.base import Request
+from .common import Sparse, SparseJob, SparseSteps
 from .merge import merge, pack, unpack
 
 
@@ -26,26 +29,36 @@ def _swap(job: SparseJob, peer: int, mine: np.ndarray, what: str) -> SparseSteps
     return theirs
 
 
-def recursive_doubling(job: SparseJob) -> SparseSteps:
+def recursive_doubling_parts(job: SparseJob) -> Generator[list[Request], None, list[Sparse]]:
+    """The result as sets whose ``merge`` (in list order) it is: the last merge is left to the
+    caller, who may write it straight into a dense array (``merge.to_dense``)."""
     p, r = job.comm.size, job.comm.rank
-    cur = (job.idx, job.val)
+    parts: list[Sparse] = [(job.idx, job.val)]
     rem = p - pof2_below(p)
     if r < 2 * rem and r % 2 == 0:  # hand the set to the odd neighbour, get the result back
-        yield from _swap(job, r + 1, pack(*cur, job.size), "sparse fold")
+        yield from _swap(job, r + 1, pack(*parts[0], job.size), "sparse fold")
         res = yield from _swap(job, r + 1, np.zeros(0, np.uint8), "sparse unfold")
-        return unpack(res, job.size, job.acc)
+        return [unpack(res, job.size, job.acc)]
     if r < 2 * rem:
         theirs = yield from _swap(job, r - 1, np.zeros(0, np.uint8), "sparse fold")
-        cur = merge([cur, unpack(theirs, job.size, job.acc)], job.acc)
+        parts = [parts[0], unpack(theirs, job.size, job.acc)]
     nr, pof2 = new_rank(r, p), pof2_below(p)
     mask = 1
     while mask < pof2:
+        cur = merge(parts, job.acc)
         peer = real_rank(nr ^ mask, p)
         theirs = yield from _swap(job, peer, pack(*cur, job.size), f"sparse distance {mask}")
         got = unpack(theirs, job.size, job.acc)
         # Lower rank's set first on both sides: the same order gives the same bits.
-        cur = merge([cur, got] if nr < nr ^ mask else [got, cur], job.acc)
+        parts = [cur, got] if nr < nr ^ mask else [got, cur]
         mask <<= 1
     if r < 2 * rem:
+        cur = merge(parts, job.acc)
         yield from _swap(job, r - 1, pack(*cur, job.size), "sparse unfold")
-    return cur
+        return [cur]
+    return parts
+
+
+def recursive_doubling(job: SparseJob) -> SparseSteps:
+    parts = yield from recursive_doubling_parts(job)
+    return merge(parts, job.acc)

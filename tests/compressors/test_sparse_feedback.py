@@ -156,7 +156,8 @@ def test_compress_feedback_with_x_as_its_own_residual():
 @pytest.mark.parametrize("idx_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("n", [0, 1, 7, 4099, 65_537, 300_007])
 @pytest.mark.parametrize("order", ["ascending", "duplicates", "shuffled"])
-def test_scatter_dense_equals_fill_then_assign(dtype, idx_dtype, n, order, threads):
+@pytest.mark.parametrize("offset", [0, 3])
+def test_scatter_dense_equals_fill_then_assign(dtype, idx_dtype, n, order, offset, threads):
     rng = np.random.default_rng(n)
     if n == 0:
         idx = np.zeros(0, idx_dtype)
@@ -172,7 +173,7 @@ def test_scatter_dense_equals_fill_then_assign(dtype, idx_dtype, n, order, threa
     want = np.full(n, 7, dtype)
     want.fill(0)
     want[idx] = vals  # the last of equal indices wins
-    out = np.full(n, 7, dtype)  # stale contents must all go
+    out = np.full(n + offset, 7, dtype)[offset:]  # stale contents must all go
     kernels.scatter_dense(out, idx, vals)
     assert out.tobytes() == want.tobytes()
 

@@ -98,6 +98,10 @@ def feedback_over_steps(chk: Checker) -> None:
     for spec, scheme in (("uniform:bits=2", "reduce_scatter_allgather"),
                          ("sign", "reduce_scatter_allgather"), ("topk:ratio=0.02", "sparse"),
                          ("topk:ratio=0.02", "sparse:gtopk"), ("topk:ratio=0.02", "allgather"),
+                         ("topk:ratio=0.02", "sparse:ssar_recursive_doubling"),
+                         ("topk:ratio=0.02", "sparse:ssar_split_allgather"),
+                         ("topk:ratio=0.02,approximate=true", "sparse:dsar"),
+                         ("threshold:tau=1.0", "sparse"),
                          ("fp16", "dense"), ("qsgd", "allgather")):
         scheme, _, salgo = scheme.partition(":")
         comp = compressors.get(spec)

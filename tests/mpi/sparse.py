@@ -9,8 +9,11 @@ import numpy as np
 import torch
 
 from collectives import MismatchError, as_communicator
-from collectives.sparse import ALGORITHMS, sparse_allreduce
+from collectives.progress import Handle
+from collectives.sparse import ALGORITHMS, PARTS, sparse_allreduce
+from collectives.sparse.common import SparseJob
 from collectives.sparse.gtopk import top_k
+from collectives.sparse.merge import coalesce, merge, to_dense
 
 from common import WORLD, Checker
 
@@ -40,6 +43,21 @@ def dense_sum(case: str) -> np.ndarray:
     return total
 
 
+def as_parts(algo: str, idx: np.ndarray, val: np.ndarray) -> list:
+    """The result of ``algo`` as the sets its parts variant hands over."""
+    comm = as_communicator(None)
+    acc = np.dtype(np.float32)
+    ci, cv = coalesce(idx, val, SIZE, acc)
+    job = SparseJob(comm, comm.next_tag(), ci, cv, SIZE, acc)
+    got: dict = {}
+
+    def steps():
+        got["parts"] = yield from PARTS[algo](job)
+
+    Handle(steps(), lambda: None, f"sparse allreduce parts[{algo}]", None).wait()
+    return got["parts"]
+
+
 def main() -> None:
     chk = Checker("sparse allreduce")
     for case in ("overlapping", "disjoint", "empty ranks", "all empty", "all dense",
@@ -56,6 +74,16 @@ def main() -> None:
             si, sv = sparse_allreduce(idx, val, SIZE, algorithm=algo, dense=False)
             chk.check(bool((np.diff(si) > 0).all()) and np.array_equal(want[si], sv) and
                       not np.any(np.delete(want, si)), f"{what}: sparse form")
+            if algo in PARTS:  # handed over in parts: merged, or written dense, the same
+                parts = chk.run(what + " parts", as_parts, algo, idx, val)
+                if parts is None:
+                    continue
+                pi, pv = merge(parts, np.dtype(np.float32))
+                chk.check(np.array_equal(pi, si) and pv.tobytes() == sv.tobytes(),
+                          f"{what}: merged parts")
+                out = np.full(SIZE, 9, np.float32)
+                to_dense(parts, out, np.dtype(np.float32))
+                chk.check(out.tobytes() == got.tobytes(), f"{what}: parts to dense")
         for k in (0, 1, 7, 50):
             what = f"gtopk k={k} {case}"
             si, sv = chk.run(what, sparse_allreduce, idx, val, SIZE, algorithm="gtopk", k=k,
