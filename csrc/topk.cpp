@@ -226,15 +226,32 @@ bool keep_pass(const float* __restrict x, float* __restrict res, size_t lo, size
     }
     bad |= badm != 0;
 #endif
-    for (; i < e; ++i) {  // branch-free append: the slot is written, and counted on a hit
-      float v = res[i];
-      if constexpr (ADD) v += x[i];
-      const uint32_t key = abs_key(v);
-      if constexpr (ADD) res[i] = key >= thr ? 0.0f : v;
-      bad |= key >= 0x7f800000u;
-      ki[m] = uint32_t(i);
-      kv[m] = v;
-      m += key >= thr;
+    // Elsewhere (and for the tail): the arithmetic in one loop the compiler vectorizes, the
+    // values kept in an L1 buffer; then a scan of the buffer appends the hits (a minority at
+    // the usual thresholds: a well-predicted branch).
+    if (i < e) {
+      alignas(64) float vb[kPassBlock];
+      const size_t len = e - i;
+      uint32_t hits = 0, badg = 0;
+      for (size_t l = 0; l < len; ++l) {
+        float v = res[i + l];
+        if constexpr (ADD) v += x[i + l];
+        vb[l] = v;
+        const uint32_t key = abs_key(v);
+        const uint32_t hit = key >= thr;
+        if constexpr (ADD) res[i + l] = hit ? 0.0f : v;
+        hits += hit;
+        badg |= key >= 0x7f800000u;
+      }
+      bad |= badg != 0;
+      for (size_t l = 0; hits && l < len; ++l) {
+        if (abs_key(vb[l]) >= thr) {
+          ki[m] = uint32_t(i + l);
+          kv[m] = vb[l];
+          ++m;
+          --hits;
+        }
+      }
     }
     kept.size += m;
   }
