@@ -289,18 +289,22 @@ bool keep_all(const float* x, float* res, size_t n, uint32_t thr, size_t expect,
 }
 
 // Keeps exactly k of the kept elements, still in ascending index order: the largest keys, the
-// lower index on ties; dropped(index, value) sees each of the others. A rank packs key and
+// lower index on ties; the others go to `dropped` (appended). A rank packs key and
 // inverted index into one integer (larger: goes first). A histogram of the keys finds the bin
 // that holds the k-th; only that bin's ranks are ordered (nth_element), and a compaction keeps
 // the ranks at or above the k-th.
-template <class Dropped>
-void cut_kept(Kept& kept, size_t k, Dropped&& dropped) {
+void cut_kept(Kept& kept, size_t k, Kept& dropped) {
   const size_t m = kept.size;
   const uint32_t* idx = kept.idx.get();
   const float* val = kept.val.get();
   if (m <= k) return;
+  dropped.room(m - k + 1);  // + 1: the compaction writes one slot past the last counted
+  uint32_t* di = dropped.idx.get() + dropped.size;
+  float* dv = dropped.val.get() + dropped.size;
+  dropped.size += m - k;
   if (k == 0) {
-    for (size_t j = 0; j < m; ++j) dropped(idx[j], val[j]);
+    std::copy_n(idx, m, di);
+    std::copy_n(val, m, dv);
     kept.size = 0;
     return;
   }
@@ -329,13 +333,17 @@ void cut_kept(Kept& kept, size_t k, Dropped&& dropped) {
   const uint64_t pivot = ranks[need - 1];
   uint32_t* io = kept.idx.get();
   float* vo = kept.val.get();
-  size_t o = 0;
-  for (size_t j = 0; j < m; ++j) {
+  size_t o = 0, d = 0;
+  for (size_t j = 0; j < m; ++j) {  // branch-free: both slots written, one counted
     const bool in = rank_of(j) >= pivot;
-    if (!in) dropped(idx[j], val[j]);
-    io[o] = idx[j];
-    vo[o] = val[j];
+    const uint32_t i = idx[j];
+    const float v = val[j];
+    io[o] = i;
+    vo[o] = v;
+    di[d] = i;
+    dv[d] = v;
     o += in;
+    d += !in;
   }
   kept.size = o;
 }
@@ -380,20 +388,26 @@ void select_feedback(const float* x, float* res, size_t n, Select how, size_t k,
     expect = 2 * k + kPassBlock;
   }
   bool bad = keep_all<true>(x, res, n, thr, expect, kept);
-  // res holds 0 where kept: what is cut below goes back (NaN/Inf stay 0, see below).
-  auto restore = [res](uint32_t i, float v) {
-    if (is_finite_bits(float_to_bits(v))) res[i] = v;
-  };
+  // res holds 0 where kept: what is cut below goes back (NaN/Inf stay 0, see below), after
+  // the cut, with the writes' cache lines asked for ahead (they are scattered over res).
+  thread_local Kept back;
+  back.size = 0;
   if (how == Select::exact) {
     if (kept.size < k) {  // the sample missed: every element is a candidate
       for (size_t j = 0; j < kept.size; ++j) res[kept.idx[j]] = kept.val[j];
       keep_all<false>(nullptr, res, n, 0, n, kept);
       std::fill(res, res + n, 0.0f);
     }
-    cut_kept(kept, k, restore);
+    cut_kept(kept, k, back);
   } else if (how == Select::sampled && k < n && kept.size > 2 * k) {
-    cut_kept(kept, k, restore);  // a badly low threshold: back to exactly k
+    cut_kept(kept, k, back);  // a badly low threshold: back to exactly k
   }
+  constexpr size_t kAhead = 16;
+  for (size_t q = 0; q < back.size; ++q) {
+    if (q + kAhead < back.size) __builtin_prefetch(res + back.idx[q + kAhead], 1);
+    if (is_finite_bits(float_to_bits(back.val[q]))) res[back.idx[q]] = back.val[q];
+  }
+  if (back.cap > (size_t(1) << 22)) back = Kept();
   if (bad) {  // NaN/Inf left behind would poison every later step
     for (size_t i = 0; i < n; ++i)
       if (!is_finite_bits(float_to_bits(res[i]))) res[i] = 0.0f;

@@ -95,10 +95,14 @@ def index_dtype(size: int) -> np.dtype:
 
 
 def pack(idx: np.ndarray, val: np.ndarray, size: int) -> np.ndarray:
-    """One byte buffer: count, indices (narrowed), values."""
-    head = np.array([idx.size], dtype=np.int64).view(np.uint8)
-    return np.concatenate([head, idx.astype(index_dtype(size)).view(np.uint8),
-                           np.ascontiguousarray(val).view(np.uint8)])
+    """One byte buffer: count, indices (narrowed), values; written in place, no temporaries."""
+    it, vt = index_dtype(size), np.asarray(val).dtype
+    m = idx.size
+    buf = np.empty(8 + m * (it.itemsize + vt.itemsize), np.uint8)
+    buf[:8].view(np.int64)[0] = m
+    np.copyto(buf[8:8 + m * it.itemsize].view(it), idx, casting="unsafe")
+    buf[8 + m * it.itemsize:].view(vt)[...] = val
+    return buf
 
 
 def unpack(buf: np.ndarray, size: int, acc: np.dtype) -> tuple[np.ndarray, np.ndarray]:
