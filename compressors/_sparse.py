@@ -60,7 +60,8 @@ class SparsifierFeedback:
         if not self._feedback_args(x, residual):
             return None
         flat = x.reshape(-1)
-        if flat.size < 2**31 and not np.may_share_memory(flat, residual):
+        if flat.size < 2**31 and residual.flags.c_contiguous and \
+                not np.may_share_memory(flat, residual):
             seed = derive_seed(getattr(self, "seed", 0), name, step)
             picked = self._select_feedback(flat, residual, seed)  # type: ignore[attr-defined]
             if picked is not None:

@@ -53,16 +53,19 @@ uint32_t sample_threshold_of(Get&& get, size_t n, size_t r, uint64_t seed) {
   if (r == 0) return 0xffffffffu;
   if (r > s) return 0;
   std::vector<uint32_t> keys(s);
-  for (size_t i = 0; i < s; ++i) {
-    size_t pos;
-    if (s == n) {
-      pos = i;
-    } else {
+  if (s == n) {
+    for (size_t i = 0; i < s; ++i) keys[i] = abs_key(get(i));
+  } else {
+    auto pos = [&](size_t i) {
       uint64_t h = (uint64_t(mix32(uint32_t(i) ^ uint32_t(seed))) << 32) |
                    mix32(uint32_t(i) * 0x9e3779b9u ^ uint32_t(seed >> 32) ^ 0x5bd1e995u);
-      pos = size_t(h % n);
+      return size_t(h % n);
+    };
+    constexpr size_t kAhead = 16;  // random reads: ask for the lines ahead
+    for (size_t i = 0; i < s; ++i) {
+      if (i + kAhead < s) get.prefetch(pos(i + kAhead));
+      keys[i] = abs_key(get(pos(i)));
     }
-    keys[i] = abs_key(get(pos));
   }
   std::nth_element(keys.begin(), keys.begin() + (r - 1), keys.end(), std::greater<uint32_t>());
   return keys[r - 1];
@@ -90,8 +93,15 @@ uint32_t strata_threshold(Get&& get, size_t n, size_t s, size_t r, uint64_t seed
   return keys[r - 1];
 }
 
+// Values of one array, for the samplers.
+struct ValuesOf {
+  const float* x;
+  float operator()(size_t i) const { return x[i]; }
+  void prefetch(size_t i) const { __builtin_prefetch(x + i); }
+};
+
 uint32_t sample_threshold(const float* x, size_t n, size_t r, uint64_t seed) {
-  return sample_threshold_of([x](size_t i) { return x[i]; }, n, r, seed);
+  return sample_threshold_of(ValuesOf{x}, n, r, seed);
 }
 
 // Keep exactly k of the candidates (ascending indices): the largest keys, lower index on ties.

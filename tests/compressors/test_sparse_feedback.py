@@ -143,6 +143,17 @@ def test_compress_feedback_equals_numpy_passes(spec, shape):
     assert res_fused.tobytes() == res_numpy.tobytes()
 
 
+def test_compress_feedback_with_a_strided_residual():
+    c = compressors.get("topk", ratio=0.1)
+    x, res = _data(1000, 4, specials=True)
+    big = np.zeros(2000, np.float32)
+    big[::2] = res
+    fused = c.compress_feedback(x, big[::2], name="w")  # not contiguous: the numpy passes
+    plain = c._compress_feedback_numpy(x, res, name="w")
+    assert fused.to_bytes() == plain.to_bytes() and big[::2].tobytes() == res.tobytes()
+    assert not big[1::2].any()
+
+
 def test_compress_feedback_with_x_as_its_own_residual():
     c = compressors.get("topk", ratio=0.1)
     a = gaussian(1000, seed=2)
