@@ -38,7 +38,11 @@ def run(ctx: Ctx) -> Steps:
     idx, val = coalesce(idx, val, n, ctx.acc)
     algo, k = ctx.sparse_algorithm, ctx.k
     if algo == "auto" or (algo == "gtopk" and k is None):
-        nnz = yield from allgather_ints(ctx.comm, ctx.tag, np.array([idx.size]))
+        caps = ctx.comp.capabilities
+        if caps.sparse and caps.same_size_on_all_ranks and "indices" in payload.buffers:
+            nnz = np.array([idx.size])  # the layout fixes it: the same on every rank
+        else:
+            nnz = yield from allgather_ints(ctx.comm, ctx.tag, np.array([idx.size]))
         k = int(nnz.max()) if k is None else k
         if algo == "auto":
             algo = choose(ctx.comm, n, k, ctx.acc.itemsize)
