@@ -196,3 +196,34 @@ def test_scatter_dense_rejects_bad_indices():
             kernels.scatter_dense(out, np.array(bad, np.int64), np.ones(2, np.float32))
     with pytest.raises(ValueError):
         kernels.scatter_dense(out, np.array([1], np.int64), np.ones(2, np.float32))
+
+
+def _mix32(h: np.ndarray) -> np.ndarray:
+    h = h.astype(np.uint64)
+    m = np.uint64(0xFFFFFFFF)
+    h ^= h >> np.uint64(16)
+    h = (h * np.uint64(0x85EBCA6B)) & m
+    h ^= h >> np.uint64(13)
+    h = (h * np.uint64(0xC2B2AE35)) & m
+    h ^= h >> np.uint64(16)
+    return h
+
+
+def test_topk_feedback_when_the_sample_overshoots():
+    # The exact selection's threshold comes from one value per stratum (16384 strata, a hashed
+    # place in each): make exactly the sampled places large, so the threshold keeps fewer than
+    # k candidates and every element has to be taken instead. The result must not change.
+    n, k, s = 100_003, 1000, 16384
+    seed = 0x243F6A8885A308D3
+    salt = np.uint64((seed & 0xFFFFFFFF) ^ (seed >> 32))
+    j = np.arange(s, dtype=np.uint64)
+    lo = j * np.uint64(n) // np.uint64(s)
+    width = (j + np.uint64(1)) * np.uint64(n) // np.uint64(s) - lo
+    pos = (lo + _mix32(j ^ salt) % width).astype(np.int64)
+    x = np.ones(n, np.float32)
+    x[pos[:600]] = 10.0  # 600 > the sample rank, < k
+    x[pos[600:]] = 0.5
+    res = np.zeros(n, np.float32)
+    res[pos[-1]] = np.nan  # and a NaN among them (it ranks first)
+    _check(x, res, lambda v: kernels.topk_indices(v, k),
+           lambda a, r: kernels.topk_feedback(a, r, k))
