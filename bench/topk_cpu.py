@@ -24,7 +24,7 @@ import numpy as np
 import compressors
 from collectives.sparse import ssar
 from collectives.sparse.common import SparseJob
-from collectives.sparse.merge import coalesce, merge, pack, to_dense
+from collectives.sparse.merge import coalesce, merge, pack
 from compressors import kernels
 from compressors.payload import Payload
 
@@ -93,6 +93,8 @@ def decode(comm: ReplayComm, own: Payload, n: int, out: np.ndarray, new: bool) -
     idx, val = coalesce(own.buffers["indices"], own.buffers["values"], n, acc)
     job = SparseJob(comm, 0, idx, val, n, acc)  # type: ignore[arg-type]
     if new:
+        from collectives.sparse.merge import to_dense
+
         to_dense(run_steps(ssar.recursive_doubling_parts(job)), out, acc)
     else:
         ridx, rval = run_steps(ssar.recursive_doubling(job))
@@ -128,6 +130,9 @@ def main() -> None:
     ap.add_argument("--approximate", action="store_true", help="sampled top-k")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
                     help="cpu: this thread's CPU time (steady on a shared machine); wall")
+    ap.add_argument("--old-only", action="store_true",
+                    help="time the old paths alone: they also run on a build of the code "
+                         "before the fused kernels, for its numbers next to these")
     args = ap.parse_args()
     kernels.set_num_threads(1)
     n, p = args.n, args.p
@@ -146,31 +151,40 @@ def main() -> None:
         np.copyto(res_old, res0)
         np.copyto(res_new, res0)
 
-    comp_ms = paired({"old": lambda: old_compress_feedback(comp, x, res_old),
-                      "new": lambda: new_compress_feedback(comp, x, res_new)},
-                     args.repeats, reset, args.clock)
+    kinds = ("old",) if args.old_only else ("old", "new")
+    fns = {"old": lambda: old_compress_feedback(comp, x, res_old),
+           "new": lambda: new_compress_feedback(comp, x, res_new)}
+    comp_ms = paired({key: fns[key] for key in kinds}, args.repeats, reset, args.clock)
     reset()
     po = old_compress_feedback(comp, x, res_old)
-    pn = new_compress_feedback(comp, x, res_new)
-    same = po.to_bytes() == pn.to_bytes() and np.array_equal(res_old, res_new)
+    same = True
+    if not args.old_only:
+        pn = new_compress_feedback(comp, x, res_new)
+        same = po.to_bytes() == pn.to_bytes() and np.array_equal(res_old, res_new)
 
     payloads = [comp.compress(xi + res0, name="g") for xi in xs]
     comm = ReplayComm(p, rank0_messages(payloads, n))
     out_old, out_new = np.empty(n, np.float32), np.empty(n, np.float32)
-    decode_ms = paired({"old": lambda: decode(comm, payloads[0], n, out_old, new=False),
-                        "new": lambda: decode(comm, payloads[0], n, out_new, new=True)},
-                       args.repeats, clock=args.clock)
-    same = same and out_old.tobytes() == out_new.tobytes()
-    nnz = int(np.count_nonzero(out_new))
+    fns = {"old": lambda: decode(comm, payloads[0], n, out_old, new=False),
+           "new": lambda: decode(comm, payloads[0], n, out_new, new=True)}
+    decode_ms = paired({key: fns[key] for key in kinds}, args.repeats, clock=args.clock)
+    if not args.old_only:
+        same = same and out_old.tobytes() == out_new.tobytes()
+    nnz = int(np.count_nonzero(out_old))
 
     k = po.buffers["indices"].size
     print(f"top-k ratio {args.ratio}{' (sampled)' if args.approximate else ''}: n = {n}, "
           f"k = {k}, {p} ranks' payloads merged ({nnz} non-zeros), kernels on 1 thread, "
           f"median of {args.repeats}, {args.clock} time")
-    print(f"{'step (ms per rank)':<34}{'old':>9}{'new':>9}{'old/new':>9}")
     rows = [("compress + error feedback", comp_ms),
             ("sparse allreduce + dense result", decode_ms)]
-    total = {key: sum(r[key] for _, r in rows) for key in ("old", "new")}
+    total = {key: sum(r[key] for _, r in rows) for key in kinds}
+    if args.old_only:
+        print(f"{'step (ms per rank)':<34}{'old':>9}")
+        for name, r in [*rows, ("total", total)]:
+            print(f"{name:<34}{r['old']:9.2f}")
+        return
+    print(f"{'step (ms per rank)':<34}{'old':>9}{'new':>9}{'old/new':>9}")
     for name, r in [*rows, ("total", total)]:
         print(f"{name:<34}{r['old']:9.2f}{r['new']:9.2f}{r['old'] / r['new']:9.2f}")
     print(f"payloads, residuals and dense outputs bit-identical: {same}")
