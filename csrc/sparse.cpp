@@ -132,19 +132,24 @@ void merge_dense_t(T* out, size_t n, const std::vector<const int64_t*>& idx,
   {
     alignas(64) T buf[kBlock] = {};
     uint8_t seen[kBlock] = {};
+    // Per set, its first entry at or after `next`: a thread's pieces mostly follow one
+    // another, so the cursors carry on; a piece elsewhere searches for its place.
+    std::vector<size_t> first(ns), at(ns);
+    size_t next = ~size_t(0);
     auto piece = [&](size_t lo, size_t hi) {
-      std::vector<size_t> first(ns);
       for (size_t s = 0; s < ns; ++s) {
         const int64_t* ix = idx[s];
         const T* vx = vals[s];
-        size_t j = size_t(std::lower_bound(ix, ix + len[s], int64_t(lo)) - ix);
+        size_t j = lo == next ? at[s] : size_t(std::lower_bound(ix, ix + len[s], int64_t(lo)) - ix);
         first[s] = j;
         for (; j < len[s] && size_t(ix[j]) < hi; ++j) {
           const size_t p = size_t(ix[j]) - lo;
           buf[p] = seen[p] ? buf[p] + vx[j] : vx[j];
           seen[p] = 1;
         }
+        at[s] = j;
       }
+      next = hi;
       const size_t m = hi - lo;
       if (aligned && m == kBlock && (lo - head) % kBlock == 0 && lo >= head)
         for (size_t t = 0; t < m; t += kLine) stream_line(out + lo + t, buf + t);

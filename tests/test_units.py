@@ -190,7 +190,19 @@ def _sparse_sets(n: int, counts: list[int], dtype: type, seed: int) -> list:
                                     [3000, 20_000, 5, 40_000]])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("offset", [0, 1])
-def test_to_dense_equals_merge_then_scatter(n, counts, dtype, offset) -> None:
+@pytest.mark.parametrize("threads", [1, 3])
+def test_to_dense_equals_merge_then_scatter(n, counts, dtype, offset, threads) -> None:
+    import _compcoll
+
+    old_threads = _compcoll.num_threads()
+    _compcoll.set_num_threads(threads)
+    try:
+        _to_dense_case(n, counts, dtype, offset)
+    finally:
+        _compcoll.set_num_threads(old_threads)
+
+
+def _to_dense_case(n, counts, dtype, offset) -> None:
     from collectives.sparse.merge import merge, to_dense
 
     sets = _sparse_sets(n, counts, dtype, n + len(counts))
