@@ -7,6 +7,7 @@
 // formed, filtered and written back (selected entries as 0) in one visit of the data.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -424,32 +425,31 @@ void select_feedback(const float* x, float* res, size_t n, Select how, size_t k,
   }
 }
 
-template <class T>
-nb::ndarray<nb::numpy, T, nb::ndim<1>> owned_array(std::unique_ptr<T[]> data, size_t size) {
-  T* p = data.release();
-  nb::capsule owner(p, [](void* q) noexcept { delete[] static_cast<T*>(q); });
-  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(p, {size}, owner);
-}
-
 // select_feedback into candidate space kept per thread (fresh memory costs a page fault per
-// 4 KiB), then (int32 indices, float32 values) arrays of the selection's own size.
+// 4 KiB), then (int32 indices, float32 values) arrays of the selection's own size. Both live in
+// one allocation: freed together, it is one chunk the allocator keeps for the next call
+// (two half-size ones were handed back to the system and faulted in again every call).
 nb::tuple select_feedback_numpy(const float* x, float* res, size_t n, Select how, size_t k,
                                 uint64_t seed, uint32_t above) {
   thread_local Kept scratch;
-  std::unique_ptr<int32_t[]> idx;
-  std::unique_ptr<float[]> val;
+  void* block;
   size_t m;
   {
     nb::gil_scoped_release nogil;
     select_feedback(x, res, n, how, k, seed, above, scratch);
     m = scratch.size;
-    idx.reset(new int32_t[std::max<size_t>(m, 1)]);  // indices < 2^31: int32, as payloads keep them
-    val.reset(new float[std::max<size_t>(m, 1)]);
-    std::copy_n(scratch.idx.get(), m, reinterpret_cast<uint32_t*>(idx.get()));
-    std::copy_n(scratch.val.get(), m, val.get());
+    block = ::operator new(std::max<size_t>(m, 1) * (sizeof(int32_t) + sizeof(float)));
+    // indices < 2^31: int32, as payloads keep them
+    std::memcpy(block, scratch.idx.get(), m * sizeof(int32_t));
+    std::memcpy(static_cast<char*>(block) + m * sizeof(int32_t), scratch.val.get(),
+                m * sizeof(float));
     if (scratch.cap > (size_t(1) << 22)) scratch = Kept();  // keep at most 32 MiB around
   }
-  return nb::make_tuple(owned_array(std::move(idx), m), owned_array(std::move(val), m));
+  nb::capsule owner(block, [](void* q) noexcept { ::operator delete(q); });
+  auto* ip = static_cast<int32_t*>(block);
+  auto* vp = reinterpret_cast<float*>(static_cast<char*>(block) + m * sizeof(int32_t));
+  return nb::make_tuple(nb::ndarray<nb::numpy, int32_t, nb::ndim<1>>(ip, {m}, owner),
+                        nb::ndarray<nb::numpy, float, nb::ndim<1>>(vp, {m}, owner));
 }
 
 float* residual_data(HostArray& res, size_t n, const char* what) {
