@@ -37,17 +37,16 @@ class Defaults:
     timeout: seconds a blocking wait may go without completing before CollectiveTimeout.
     validate: check count/dtype/op agree on all ranks before a collective (one small allgather).
     segment_bytes: pipeline segment of the ring and tree algorithms.
-    compressed_segment_bytes: input bytes per segment of a pipelined compressed allreduce
-    (segments overlap one's encoding and decoding with the others' messages); 0 turns it off.
-    16 MiB measured best for 4- and 8-bit on 4 ranks over 1 Gbit/s links and shared memory
-    (4, 8, 24 and 32 MiB were slower).
+    compressed_segment_bytes: the smallest segment (input bytes) of a pipelined compressed
+    allreduce; a call is cut into up to ``rsag.MAX_SEGMENTS`` (4) segments of at least this
+    size, which overlap one's encoding and decoding with the others' messages; 0 turns it off.
     """
 
     timeout: float = _env_float("COMPCOLL_TIMEOUT", 300.0)
     validate: bool = _env_bool("COMPCOLL_VALIDATE", True)
     segment_bytes: int = int(os.environ.get("COMPCOLL_SEGMENT_BYTES", 1 << 20))
     compressed_segment_bytes: int = int(os.environ.get("COMPCOLL_COMPRESSED_SEGMENT_BYTES",
-                                                       16 << 20))
+                                                       4 << 20))
 
 
 defaults = Defaults()
