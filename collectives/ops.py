@@ -47,6 +47,11 @@ def combine(dst: np.ndarray, src: np.ndarray, dtype: DType, op: str) -> None:
         kernels().reduce_into(dst, src, dtype.code, _KERNEL_CODE[op])
 
 
+def sum_squares(buf: np.ndarray, dtype: DType) -> float:
+    """Sum of squares of a flat float buffer (raw storage: bf16 as uint16), in double."""
+    return float(kernels().sum_squares(buf, dtype.code)) if buf.size else 0.0
+
+
 def prescale(buf: np.ndarray, dtype: DType, op: str, size: int) -> None:
     """Before an fp16/bf16 average, divide each input by p so the partial sums cannot overflow."""
     if op == "avg" and dtype.itemsize == 2 and size > 1 and buf.size:

@@ -102,6 +102,28 @@ void scale_half(uint16_t* x, size_t n, double f) {
   for (ptrdiff_t i = 0; i < ptrdiff_t(n); ++i) x[i] = Store(Load(x[i]) * ff);
 }
 
+// Sum of squares in double, 8 partial sums so the loop vectorizes without reassociating a
+// single accumulator; single-threaded (it runs beside the training step's own threads).
+template <float (*Load)(uint16_t)>
+double sum_squares_half(const uint16_t* x, size_t n) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) { const double v = Load(x[i + j]); acc[j] += v * v; }
+  for (; i < n; ++i) { const double v = Load(x[i]); acc[0] += v * v; }
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+template <typename T>
+double sum_squares_native(const T* x, size_t n) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) { const double v = double(x[i + j]); acc[j] += v * v; }
+  for (; i < n; ++i) { const double v = double(x[i]); acc[0] += v * v; }
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 }  // namespace
 
 void register_reduce(nb::module_& m) {
@@ -134,6 +156,23 @@ void register_reduce(nb::module_& m) {
       },
       nb::arg("x"), nb::arg("dtype"), nb::arg("factor"),
       "x *= factor in place (fp32 arithmetic for fp16/bf16).");
+  m.def(
+      "sum_squares",
+      [](HostArray x, int dtype) {
+        DType t = dtype_from_int(dtype);
+        size_t n = x.nbytes() / dtype_size(t);
+        const void* p = x.data();
+        nb::gil_scoped_release nogil;
+        switch (t) {
+          case DType::f16: return sum_squares_half<f16_to_float>(static_cast<const uint16_t*>(p), n);
+          case DType::bf16: return sum_squares_half<bf16_to_float>(static_cast<const uint16_t*>(p), n);
+          case DType::f32: return sum_squares_native<float>(static_cast<const float*>(p), n);
+          case DType::f64: return sum_squares_native<double>(static_cast<const double*>(p), n);
+          default: throw std::invalid_argument("sum_squares: only floating-point dtypes");
+        }
+      },
+      nb::arg("x"), nb::arg("dtype"),
+      "Sum of x*x over a contiguous array, accumulated in double (NaN/Inf propagate).");
   m.def(
       "half_to_float",
       [](HostArray src, HostArray dst, int dtype) {

@@ -106,3 +106,19 @@ def test_kernel_rejects_mismatched_buffers() -> None:
         _compcoll.reduce_into(np.zeros(3, np.float32), np.zeros(4, np.float32), 2, 0)
     with pytest.raises(ValueError, match="num_threads"):
         _compcoll.set_num_threads(0)
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 100_003])
+def test_sum_squares_in_double(name: str, n: int) -> None:
+    x = torch.from_numpy(np.random.default_rng(n).standard_normal(n)).to(
+        getattr(torch, name))
+    raw = x.view(torch.int16).numpy().view(np.uint16) if name == "bfloat16" else x.numpy()
+    want = float((x.double() ** 2).sum())
+    assert ops.sum_squares(raw, dtypes.lookup(name)) == pytest.approx(want, rel=1e-12, abs=0)
+
+
+def test_sum_squares_propagates_nonfinite() -> None:
+    f32 = dtypes.lookup("float32")
+    assert np.isnan(ops.sum_squares(np.array([1, np.nan, 2], np.float32), f32))
+    assert ops.sum_squares(np.array([1, -np.inf], np.float32), f32) == np.inf

@@ -10,7 +10,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .. import api
+from .. import api, ops
+from ..dtypes import lookup
 from . import groups as grouping
 from .state import CompressionState
 from .worker import Job
@@ -101,10 +102,13 @@ def _start(state: CompressionState, comm: Any, g: Any, x: Any, step: int, st: di
 
 def _norm_observer(state: CompressionState, step: int) -> Any:
     def observe(buf: Any) -> None:
-        # numpy ufuncs, not torch or BLAS: a torch op or np.dot on this thread would start an
-        # OpenMP/OpenBLAS thread team whose spinning threads slow every rank sharing the cores
-        v = buf.detach().reshape(-1).cpu().numpy().astype(np.float64)
-        sq = float(np.square(v).sum())
+        # One single-threaded pass of the C++ kernel (double accumulation): not torch or BLAS,
+        # whose thread teams would slow every rank sharing the cores, and no float64 copy of
+        # the bucket (this runs before the bucket's future is set).
+        flat = buf.detach().reshape(-1).cpu().contiguous()
+        dtype = lookup(str(flat.dtype))
+        raw = flat.view(torch.int16) if dtype.name == "bfloat16" else flat
+        sq = ops.sum_squares(raw.numpy().view(dtype.raw), dtype)
         if np.isfinite(sq):  # a skipped (non-finite) step says nothing about the regime
             state.policy.observe_norm(step, sq)  # type: ignore[attr-defined]
     return observe
