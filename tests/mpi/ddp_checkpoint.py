@@ -30,10 +30,10 @@ POLICIES = {
 }
 
 
-def setup(policy, cap: float = 25.0):
+def setup(policy, cap: float = 25.0, **kw):
     model = make(cap)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    state = cddp.CompressionState(policy=policy(), start_step=1).bind(model)
+    state = cddp.CompressionState(policy=policy(), start_step=1, **kw).bind(model)
     model.register_comm_hook(state, cddp.compression_hook)
     return model, opt, state
 
@@ -93,6 +93,28 @@ def other_world_size(chk: Checker) -> None:
               "a list of every rank's dicts")
 
 
+def other_segmenting(chk: Checker) -> None:
+    """Owner-side residuals saved under other segment settings are not restored in the wrong
+    order: they start from zero; everything else is restored."""
+    from collectives.config import defaults
+
+    rsag = {"scheme": "reduce_scatter_allgather"}  # the scheme with owner-side residuals
+    model, opt, state = setup(POLICIES["uniform8"], 25.0, **rsag)
+    train(model, opt, range(3))
+    sd = state.state_dict()
+    chk.check(bool(sd["owner_residuals"]), "owner residuals saved")
+    saved = defaults.compressed_segment_bytes
+    defaults.compressed_segment_bytes = saved * 2
+    try:
+        _, _, state2 = setup(POLICIES["uniform8"], 25.0, **rsag)
+        state2.load_state_dict(sd)
+        owners = [k for fb in state2._feedback.values() for k in fb.residuals if "@owner" in k]
+        chk.check(not owners and state2.residuals_restored and state2.step == 3,
+                  f"other segmenting: owner residuals dropped ({owners}), the rest restored")
+    finally:
+        defaults.compressed_segment_bytes = saved
+
+
 def main() -> None:
     chk = Checker("ddp checkpoint")
     init_gloo()
@@ -103,6 +125,7 @@ def main() -> None:
     # exactly across several buckets (see collectives/ddp/checkpoint.py)
     chk.run("resume with several buckets", resume, chk, "per-layer", 0.004)
     chk.run("other world size", other_world_size, chk)
+    chk.run("other segmenting", other_segmenting, chk)
     try:
         cddp.CompressionState(policy="uniform8").load_state_dict({"version": 0})
         chk.check(False, "a foreign dict was accepted")
