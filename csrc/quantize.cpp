@@ -151,8 +151,12 @@ int64_t quantize_feedback_all(const float* x, const float* res, float* res_out, 
 #pragma omp simd
       for (size_t i = 0; i < m; ++i) {
         const float ci = c[t + i];
-        const bool fin = (float_to_ibits(ci) & 0x7f800000) != 0x7f800000;
-        ob[t + i] = fin ? ci - (mn + float(q[i]) * scale) : ci;
+        const int32_t cb = float_to_ibits(ci);
+        // Computed for every lane and selected on the bits: a subtraction under the condition
+        // would be control flow that -ftrapping-math keeps from vectorizing.
+        const int32_t keep = -int32_t((cb & 0x7f800000) != 0x7f800000);  // finite: all ones
+        const int32_t db = float_to_ibits(ci - (mn + float(q[i]) * scale));
+        ob[t + i] = ibits_to_float((db & keep) | (cb & ~keep));
       }
     }
     return bad;
