@@ -104,23 +104,14 @@ void scale_half(uint16_t* x, size_t n, double f) {
 
 // Sum of squares in double, 8 partial sums so the loop vectorizes without reassociating a
 // single accumulator; single-threaded (it runs beside the training step's own threads).
-template <float (*Load)(uint16_t)>
-double sum_squares_half(const uint16_t* x, size_t n) {
+// load turns a stored element into a value (fp16/bf16 bits to float, or a plain read).
+template <typename T, typename Load>
+double sum_squares(const T* x, size_t n, Load load) {
   double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   size_t i = 0;
   for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) { const double v = Load(x[i + j]); acc[j] += v * v; }
-  for (; i < n; ++i) { const double v = Load(x[i]); acc[0] += v * v; }
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-template <typename T>
-double sum_squares_native(const T* x, size_t n) {
-  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) { const double v = double(x[i + j]); acc[j] += v * v; }
-  for (; i < n; ++i) { const double v = double(x[i]); acc[0] += v * v; }
+    for (int j = 0; j < 8; ++j) { const double v = load(x[i + j]); acc[j] += v * v; }
+  for (; i < n; ++i) { const double v = load(x[i]); acc[0] += v * v; }
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
@@ -164,10 +155,10 @@ void register_reduce(nb::module_& m) {
         const void* p = x.data();
         nb::gil_scoped_release nogil;
         switch (t) {
-          case DType::f16: return sum_squares_half<f16_to_float>(static_cast<const uint16_t*>(p), n);
-          case DType::bf16: return sum_squares_half<bf16_to_float>(static_cast<const uint16_t*>(p), n);
-          case DType::f32: return sum_squares_native<float>(static_cast<const float*>(p), n);
-          case DType::f64: return sum_squares_native<double>(static_cast<const double*>(p), n);
+          case DType::f16: return sum_squares(static_cast<const uint16_t*>(p), n, f16_to_float);
+          case DType::bf16: return sum_squares(static_cast<const uint16_t*>(p), n, bf16_to_float);
+          case DType::f32: return sum_squares(static_cast<const float*>(p), n, [](float v) { return v; });
+          case DType::f64: return sum_squares(static_cast<const double*>(p), n, [](double v) { return v; });
           default: throw std::invalid_argument("sum_squares: only floating-point dtypes");
         }
       },

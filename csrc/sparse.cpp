@@ -186,6 +186,24 @@ void dispatch(const HostArray& vals, const HostArray& idx, const char* what, F&&
   else f(double(), int64_t());
 }
 
+// The typed pointers of a scatter's (out, idx, vals), checked, handed to f without the GIL.
+template <class F>
+void with_scatter_args(HostArray& out, const HostArray& idx, const HostArray& vals,
+                       const char* what, F&& f) {
+  if (out.dtype() != vals.dtype() || idx.size() != vals.size())
+    throw std::invalid_argument(std::string(what) +
+                                ": vals must match out's dtype and idx's length");
+  dispatch(out, idx, what, [&](auto t, auto i) {
+    using T = decltype(t);
+    using I = decltype(i);
+    auto* op = static_cast<T*>(out.data());
+    auto* ip = static_cast<const I*>(idx.data());
+    auto* vp = static_cast<const T*>(vals.data());
+    nb::gil_scoped_release nogil;
+    f(op, ip, vp);
+  });
+}
+
 // Union of two sorted unique index lists, values of an index in both summed as a + b. Returns
 // the length of the union (the outputs hold na + nb places).
 template <class T>
@@ -224,16 +242,8 @@ void register_sparse(nb::module_& m) {
   m.def(
       "scatter",
       [](HostArray out, HostArray idx, HostArray vals, bool accumulate) {
-        if (out.dtype() != vals.dtype() || idx.size() != vals.size())
-          throw std::invalid_argument("scatter: vals must match out's dtype and idx's length");
-        dispatch(out, idx, "scatter", [&](auto t, auto i) {
-          using T = decltype(t);
-          using I = decltype(i);
-          auto* op = static_cast<T*>(out.data());
-          auto* ip = static_cast<const I*>(idx.data());
-          auto* vp = static_cast<const T*>(vals.data());
-          nb::gil_scoped_release nogil;
-          scatter_t<T, I>(op, out.size(), ip, vp, idx.size(), accumulate);
+        with_scatter_args(out, idx, vals, "scatter", [&](auto* op, const auto* ip, const auto* vp) {
+          scatter_t(op, out.size(), ip, vp, idx.size(), accumulate);
         });
       },
       nb::arg("out"), nb::arg("idx"), nb::arg("vals"), nb::arg("accumulate"),
@@ -241,17 +251,9 @@ void register_sparse(nb::module_& m) {
   m.def(
       "scatter_dense",
       [](HostArray out, HostArray idx, HostArray vals) {
-        if (out.dtype() != vals.dtype() || idx.size() != vals.size())
-          throw std::invalid_argument(
-              "scatter_dense: vals must match out's dtype and idx's length");
-        dispatch(out, idx, "scatter_dense", [&](auto t, auto i) {
-          using T = decltype(t);
-          using I = decltype(i);
-          auto* op = static_cast<T*>(out.data());
-          auto* ip = static_cast<const I*>(idx.data());
-          auto* vp = static_cast<const T*>(vals.data());
-          nb::gil_scoped_release nogil;
-          scatter_dense_t<T, I>(op, out.size(), ip, vp, idx.size());
+        with_scatter_args(out, idx, vals, "scatter_dense",
+                          [&](auto* op, const auto* ip, const auto* vp) {
+          scatter_dense_t(op, out.size(), ip, vp, idx.size());
         });
       },
       nb::arg("out"), nb::arg("idx"), nb::arg("vals"),

@@ -12,14 +12,6 @@ from . import oracles
 from .helpers import gaussian
 
 
-@pytest.fixture(params=[1, 2])
-def threads(request):
-    old = _compcoll.num_threads()
-    _compcoll.set_num_threads(request.param)
-    yield request.param
-    _compcoll.set_num_threads(old)
-
-
 def with_specials(x: np.ndarray) -> np.ndarray:
     x = x.copy()
     x[5], x[6], x[-1] = np.nan, np.inf, -np.inf

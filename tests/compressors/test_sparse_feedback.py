@@ -6,20 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import _compcoll
 import compressors
 from compressors import kernels
 
 from . import oracles
 from .helpers import gaussian
-
-
-@pytest.fixture(params=[1, 2])
-def threads(request):
-    old = _compcoll.num_threads()
-    _compcoll.set_num_threads(request.param)
-    yield request.param
-    _compcoll.set_num_threads(old)
 
 
 def _separate(x: np.ndarray, residual: np.ndarray, select) -> tuple[np.ndarray, ...]:
