@@ -122,3 +122,8 @@ def test_sum_squares_propagates_nonfinite() -> None:
     f32 = dtypes.lookup("float32")
     assert np.isnan(ops.sum_squares(np.array([1, np.nan, 2], np.float32), f32))
     assert ops.sum_squares(np.array([1, -np.inf], np.float32), f32) == np.inf
+
+
+def test_sum_squares_refuses_integers() -> None:
+    with pytest.raises(ValueError, match="floating-point"):
+        ops.sum_squares(np.arange(4, dtype=np.int32), dtypes.lookup("int32"))

@@ -30,8 +30,8 @@ MAX_SEGMENTS = 4
 
 def run(ctx: Ctx) -> Steps:
     n, p, r = int(np.prod(ctx.x.shape)), ctx.comm.size, ctx.comm.rank
-    count = segment_count(n, p, ctx.fb is None or ctx.fused(ctx.x))
-    if count == 1 or not ctx.comm.matches_by_tag:  # interleaved segments need tags
+    count = segment_count(n, p, ctx.fb is None or ctx.fused(ctx.x), ctx.comm.matches_by_tag)
+    if count == 1:
         yield from _segment(ctx, ctx.x, 0, n, ctx.tag, "", 0, None)
         return
     # Segments run interleaved on tags of their own; every rank takes the same tags, in the
@@ -45,13 +45,14 @@ def run(ctx: Ctx) -> Steps:
         for s, ((a, b), tag) in enumerate(zip(cuts, tags, strict=True))])
 
 
-def segment_count(n: int, p: int, shared_residual: bool) -> int:
+def segment_count(n: int, p: int, shared_residual: bool, by_tag: bool = True) -> int:
     """Pipelined segments of a call of n float32 elements on p ranks: one per
-    ``compressed_segment_bytes`` of input (the smallest segment), up to MAX_SEGMENTS, and one
-    unless segments can
-    share the tensor's residual (the fused error-feedback kernel, or no feedback)."""
+    ``compressed_segment_bytes`` of input (the smallest segment), up to MAX_SEGMENTS. One
+    unless segments can share the tensor's residual (the fused error-feedback kernel, or no
+    feedback) and the transport matches messages by tag (``by_tag``; NCCL does not, and
+    interleaved segments would cross)."""
     per = defaults.compressed_segment_bytes
-    if per <= 0 or p == 1 or not shared_residual:
+    if per <= 0 or p == 1 or not shared_residual or not by_tag:
         return 1
     return max(1, min(MAX_SEGMENTS, n * 4 // per))
 

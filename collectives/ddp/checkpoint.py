@@ -50,16 +50,18 @@ def state_dict(st: Any) -> dict[str, Any]:
             for spec, comp in st._comps.items() if getattr(comp, "_warm", None)}
     return {"version": VERSION, "step": st.step, "world_size": comm.size, "rank": comm.rank,
             "policy": st.policy.state_dict(), "residuals": per_param,
-            "owner_residuals": owners, "owner_layout": _owner_layout(), "powersgd_q": warm}
+            "owner_residuals": owners, "owner_layout": _owner_layout(comm),
+            "powersgd_q": warm}
 
 
-def _owner_layout() -> list[int]:
+def _owner_layout(comm: Any) -> list[int]:
     """What fixes the order of an owner-side residual: the elements a rank owns are listed
-    segment by segment, and the segments follow from these settings."""
+    segment by segment, and the segments follow from these settings (``rsag.segment_count``)."""
     from ..compressed import rsag
     from ..config import defaults
 
-    return [int(defaults.compressed_segment_bytes), int(rsag.MAX_SEGMENTS)]
+    return [int(defaults.compressed_segment_bytes), int(rsag.MAX_SEGMENTS),
+            int(comm.matches_by_tag)]
 
 
 def load_state_dict(st: Any, state: Any) -> None:
@@ -82,7 +84,7 @@ def load_state_dict(st: Any, state: Any) -> None:
         if same else {}
     # Owner-side residuals list the owned elements segment by segment: restored only where
     # the segments are cut the same way (same settings), else they start from zero.
-    if same and st.error_feedback and list(mine.get("owner_layout", [])) == _owner_layout():
+    if same and st.error_feedback and list(mine.get("owner_layout", [])) == _owner_layout(comm):
         for key, res in mine["owner_residuals"].items():
             spec, _, name = key.partition("|")
             st.feedback(spec).residuals[f"{name}@owner"] = np.array(res)

@@ -102,13 +102,18 @@ def _start(state: CompressionState, comm: Any, g: Any, x: Any, step: int, st: di
 
 def _norm_observer(state: CompressionState, step: int) -> Any:
     def observe(buf: Any) -> None:
-        # One single-threaded pass of the C++ kernel (double accumulation): not torch or BLAS,
-        # whose thread teams would slow every rank sharing the cores, and no float64 copy of
-        # the bucket (this runs before the bucket's future is set).
-        flat = buf.detach().reshape(-1).cpu().contiguous()
-        dtype = lookup(str(flat.dtype))
-        raw = flat.view(torch.int16) if dtype.name == "bfloat16" else flat
-        sq = ops.sum_squares(raw.numpy().view(dtype.raw), dtype)
+        # This runs before the bucket's future is set. A device bucket is reduced where it is
+        # (no copy to the host); a host bucket by one single-threaded pass of the C++ kernel
+        # (double accumulation): not torch or BLAS, whose thread teams would slow every rank
+        # sharing the cores, and no float64 copy of the bucket.
+        flat = buf.detach().reshape(-1)
+        if flat.device.type != "cpu":
+            sq = float(torch.linalg.vector_norm(flat, dtype=torch.float64)) ** 2
+        else:
+            flat = flat.contiguous()
+            dtype = lookup(str(flat.dtype))
+            raw = flat.view(torch.int16) if dtype.name == "bfloat16" else flat
+            sq = ops.sum_squares(raw.numpy().view(dtype.raw), dtype)
         if np.isfinite(sq):  # a skipped (non-finite) step says nothing about the regime
             state.policy.observe_norm(step, sq)  # type: ignore[attr-defined]
     return observe

@@ -69,8 +69,8 @@ def _check(bits: int, bucket_size: int) -> None:
 def quantize(x: Any, bits: int, bucket_size: int, seed: int,
              stochastic: bool) -> tuple[Any, Any, Any]:
     """Packed codes, per-bucket minima and steps of x (as ``compressors.kernels.quantize``)."""
-    cupy, flat = _cupy(), _f32(x, "x")
     _check(bits, bucket_size)
+    cupy, flat = _cupy(), _f32(x, "x")
     n = flat.size
     nb = -(-n // bucket_size)
     codes = cupy.zeros(-(-n * bits // 8), cupy.uint8)
@@ -85,8 +85,8 @@ def quantize(x: Any, bits: int, bucket_size: int, seed: int,
 
 def dequantize(codes: Any, mins: Any, scales: Any, n: int, bits: int, bucket_size: int) -> Any:
     """n float32 values decoded from ``quantize``'s output."""
-    cupy = _cupy()
     _check(bits, bucket_size)
+    cupy = _cupy()
     out = cupy.empty(n, cupy.float32)
     if n:
         module().get_function("compcoll_dequantize")(
@@ -97,8 +97,8 @@ def dequantize(codes: Any, mins: Any, scales: Any, n: int, bits: int, bucket_siz
 
 def sign_pack(x: Any, bucket_size: int) -> tuple[Any, Any]:
     """Sign bits (bit j of byte i is the sign of x[8i + j]) and per-bucket mean |x|."""
-    cupy, flat = _cupy(), _f32(x, "x")
     _check(1, bucket_size)
+    cupy, flat = _cupy(), _f32(x, "x")
     n = flat.size
     nb = -(-n // bucket_size)
     bits, scales = cupy.zeros(-(-n // 8), cupy.uint8), cupy.zeros(nb, cupy.float32)

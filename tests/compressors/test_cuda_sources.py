@@ -39,3 +39,16 @@ def test_without_cupy_a_clear_error():
 
     with pytest.raises(RuntimeError, match="CuPy"):
         cuda.quantize(np.zeros(8, np.float32), 8, 512, 0, True)
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda c: c.quantize(np.zeros(8, np.float32), 3, 512, 0, True), "bits must be one of"),
+    (lambda c: c.quantize(np.zeros(8, np.float32), 8, 100, 0, True), "multiple of 8"),
+    (lambda c: c.dequantize(None, None, None, 8, 5, 512), "bits must be one of"),
+    (lambda c: c.sign_pack(np.zeros(8, np.float32), 0), "positive multiple of 8"),
+])
+def test_bad_parameters_named_before_cupy_is_needed(call, needle):
+    from compressors import cuda
+
+    with pytest.raises(ValueError, match=needle):
+        call(cuda)
