@@ -51,18 +51,38 @@ def test_bench_train_smoke(tmp_path) -> None:
 
     out = tmp_path / "train.json"
     cmd = [sys.executable, "-m", "collectives", "bench", "train", "-np", "2", "--steps", "12",
-           "--model", "cnn", "--runs", "ddp,int8+ef,auto", "--json", str(out)]
+           "--model", "cnn", "--runs", "ddp,int8+ef,auto", "--json", str(out),
+           "--timeout", "60"]  # a stalled step prints every thread's stack and fails
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
-        text, _ = proc.communicate(timeout=120)
+        text, _ = proc.communicate(timeout=240)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        raise AssertionError("bench train hung") from None
-    assert proc.returncode == 0, text[-3000:]
+        text, _ = proc.communicate()
+        raise AssertionError(f"bench train hung past its watchdog\n{text[-6000:]}") from None
+    assert proc.returncode == 0, text[-6000:]
     rows = json.loads(out.read_text())["rows"]
     assert [r["run"] for r in rows] == ["ddp", "int8+ef", "auto"]
     for r in rows:
         assert r["ranks_agree"] and r["step_ms"] > 0 and len(r["losses"]) == 12
     assert rows[1]["payload_kb"] < rows[0]["payload_kb"] / 3  # int8 sends a quarter
     assert rows[1]["overlap"] is not None and "total relative error" in rows[2]["decisions"]
+
+
+def test_init_from_mpi_names_a_bad_host_on_every_rank() -> None:
+    from collectives.ddp import init_from_mpi
+
+    class OneRank:  # the two calls init_from_mpi makes of an mpi4py communicator
+        rank, size, sent = 0, 1, []
+
+        def bcast(self, obj):
+            self.sent.append(obj)
+            return obj
+
+    comm = OneRank()
+    with pytest.raises(RuntimeError, match="cannot open a TCP store on 203.0.113.1"):
+        init_from_mpi(comm, host="203.0.113.1", timeout=5)
+    assert comm.sent == [None]  # the others are told, not left waiting for a port
+    with pytest.raises(ValueError, match="timeout must be > 0"):
+        init_from_mpi(comm, timeout=0)

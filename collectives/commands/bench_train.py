@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import faulthandler
 import socket
 import time
 import zlib
@@ -48,6 +49,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    "(auto, dense, reduce_scatter_allgather, allgather, sparse)")
     p.add_argument("--comm", choices=("gloo", "mpi"), default="gloo",
                    help="our hook's communicator: the DDP process group or MPI_COMM_WORLD")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                   help="seconds any one step (or set-up phase) may take; past it every "
+                   "thread's stack is printed and the rank exits, and our hooks' collectives "
+                   "raise CollectiveTimeout naming the one that stalled (600)")
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--plot", metavar="PATH", help="PNG of the loss curves")
     p.add_argument("--txt", metavar="PATH", help="also write the table to PATH")
@@ -78,6 +83,7 @@ def _one(name: str, t: Any, args: argparse.Namespace, mpi: Any) -> dict[str, Any
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     losses, times = [], []
     for step in range(args.steps):
+        watchdog(args)
         mpi.Barrier()
         t0 = time.perf_counter()
         loss = t.loss(model, t.batch(step, mpi.rank, args.batch, args.seed))
@@ -88,6 +94,7 @@ def _one(name: str, t: Any, args: argparse.Namespace, mpi: Any) -> dict[str, Any
         losses.append(float(loss.detach()))
     compute = []
     for step in range(10):  # the same work without communication
+        watchdog(args)
         mpi.Barrier()
         t0 = time.perf_counter()
         with model.no_sync():
@@ -119,6 +126,13 @@ def _one(name: str, t: Any, args: argparse.Namespace, mpi: Any) -> dict[str, Any
             row["decision_log"] = state.policy.log
         state.close()
     return row
+
+
+def watchdog(args: argparse.Namespace) -> None:
+    """(Re)arm the stall watchdog: if this rank is still here ``args.timeout`` seconds from
+    now, every thread's stack goes to stderr and the rank exits (mpiexec then ends the job),
+    so a stalled collective is a diagnosed failure, never a hang."""
+    faulthandler.dump_traceback_later(args.timeout, exit=True)
 
 
 def _max() -> Any:
@@ -156,8 +170,11 @@ def run(args: argparse.Namespace) -> int:
         threadpool_limits(1)  # OpenBLAS/OpenMP of numpy and the extension, on every thread
     except ImportError:
         pass
+    if not args.timeout > 0:
+        raise SystemExit(f"compcoll: --timeout must be > 0 seconds, got {args.timeout}")
+    watchdog(args)
     mpi = MPI.COMM_WORLD
-    init_gloo(mpi, emulated.inside())
+    init_gloo(mpi, emulated.inside(), args.timeout)
     from .. import costmodel
 
     shared = as_communicator(dist.group.WORLD)  # our hooks' communicator, fitted once here
@@ -172,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for t in tasks:
         for name in runs:
+            watchdog(args)
             row = _one(name, t, args, mpi)
             rows.append(row)
             lines.append(report.format_row(row))
@@ -184,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(lines[2 + len(rows):]))
         _write(args, mpi, rows, lines)
     dist.destroy_process_group()
+    faulthandler.cancel_dump_traceback_later()
     return 0 if all(r["ranks_agree"] for r in rows) else 1
 
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 RUNS: dict[str, Callable[[Any, Any], Any]] = {}
@@ -56,8 +54,11 @@ def _ours(policy: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
             from mpi4py import MPI
 
             comm = MPI.COMM_WORLD
+        # Half the step watchdog: a stalled collective raises, naming itself, before the
+        # watchdog would dump the stacks.
         state = cddp.CompressionState(policy=policy(args), start_step=args.start_step,
-                                      comm=comm, scheme=args.scheme).bind(model)
+                                      comm=comm, scheme=args.scheme,
+                                      timeout=args.timeout / 2).bind(model)
         model.register_comm_hook(state, cddp.compression_hook)
         return state
     return register
@@ -77,30 +78,19 @@ def _auto(args: Any) -> Any:
 RUNS["auto"] = _ours(_auto)
 
 
-def init_gloo(comm: Any, emulated: bool) -> None:
-    """torch.distributed over gloo for the MPI ranks (the port picked by rank 0).
+def init_gloo(comm: Any, emulated: bool, timeout: float = 300.0) -> None:
+    """torch.distributed over gloo for the MPI ranks (rank 0's TCP store).
 
     On an emulated cluster every rank sits in its own network namespace: gloo then talks to
     rank 0's address over the shaped link.
     """
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        return
     from .. import emulate
+    from ..ddp import init_from_mpi
 
-    host = emulate.address(0) if emulated else "127.0.0.1"
-    port = None
-    if comm.rank == 0:
-        with socket.socket() as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-    port = comm.bcast(port)
-    os.environ.update(MASTER_ADDR=host, MASTER_PORT=str(port))
     if emulated:
         os.environ["GLOO_SOCKET_IFNAME"] = emulate.RANK_IF
-    dist.init_process_group("gloo", rank=comm.rank, world_size=comm.size,
-                            timeout=timedelta(seconds=300))
+    init_from_mpi(comm, "gloo", host=emulate.address(0) if emulated else "127.0.0.1",
+                  timeout=timeout)
 
 
 def payload_bytes(name: str, model: Any, state: Any) -> int:

@@ -3,7 +3,8 @@
 ``compression_hook`` follows PyTorch's communication-hook contract; ``CompressionState``
 holds its configuration (a compressor or a per-layer policy, error feedback, warm-up steps)
 and its lasting state (``state_dict``/``load_state_dict``). ``overlap`` summarises how much of
-the communication the backward pass hid.
+the communication the backward pass hid. ``init_from_mpi`` starts torch.distributed on the
+ranks of an MPI job.
 
 Example::
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from .hook import compression_hook
 from .overlap import overlap
+from .rendezvous import init_from_mpi
 from .state import CompressionState
 
-__all__ = ["CompressionState", "compression_hook", "overlap"]
+__all__ = ["CompressionState", "compression_hook", "init_from_mpi", "overlap"]

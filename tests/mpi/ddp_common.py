@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import socket
-from datetime import timedelta
-
 import torch
-import torch.distributed as dist
 from torch import nn
+
+from collectives.ddp import init_from_mpi
 
 from common import WORLD
 
 
 def init_gloo() -> None:
-    """torch.distributed over gloo on localhost, port chosen by rank 0, shared through MPI."""
-    if dist.is_initialized():
-        return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    port = WORLD.bcast(port if WORLD.rank == 0 else None)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=WORLD.rank, world_size=WORLD.size,
-                            timeout=timedelta(seconds=60))
+    """torch.distributed over gloo on localhost (rank 0's TCP store, port sent over MPI)."""
+    init_from_mpi(WORLD, "gloo", timeout=60)
 
 
 class Net(nn.Module):

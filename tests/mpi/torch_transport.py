@@ -1,20 +1,17 @@
 """The same algorithms on a torch.distributed (gloo) process group, checked against MPI.
 
-Ranks come from mpiexec; torch.distributed is initialized over TCP on localhost with a port
-chosen by rank 0 and shared through MPI. Run: mpiexec -n P python tests/mpi/torch_transport.py
+Ranks come from mpiexec; torch.distributed is initialized from the MPI ranks (rank 0's TCP
+store, ``collectives.ddp.init_from_mpi``). Run: mpiexec -n P python tests/mpi/torch_transport.py
 """
 
 from __future__ import annotations
-
-import os
-import socket
-from datetime import timedelta
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 import collectives
+from collectives.ddp import init_from_mpi
 from collectives.transport.torch_dist import TorchCommunicator
 
 from common import WORLD, Checker
@@ -22,17 +19,9 @@ from common import WORLD, Checker
 P, R = WORLD.size, WORLD.rank
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> None:
     chk = Checker("torch transport")
-    port = WORLD.bcast(free_port() if R == 0 else None)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=R, world_size=P, timeout=timedelta(seconds=60))
+    init_from_mpi(WORLD, "gloo", timeout=60)
     group = dist.new_group(list(range(P)))
     for comm in (None, group):  # the default group and an explicit ProcessGroup
         c = collectives.as_communicator(comm if comm is not None else dist.group.WORLD)
