@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from datetime import timedelta
 from typing import Any
 
@@ -14,8 +15,12 @@ def init_from_mpi(comm: Any, backend: str = "gloo", *, host: str = "127.0.0.1",
     Rank 0 opens a TCP store on ``host`` at a port the kernel picks and broadcasts the
     number, so no port is chosen, released and bound again (another process could take it in
     between). ``timeout`` bounds the rendezvous and every collective of the group; ``options``
-    go to ``init_process_group`` (``device_id`` for NCCL, for instance).
+    go to ``init_process_group`` (``device_id`` for NCCL, for instance). With gloo on a
+    loopback ``host`` and no ``GLOO_SOCKET_IFNAME`` set, gloo's pairs use the loopback
+    interface too (not whatever address the host name resolves to).
     """
+    import os
+
     import torch.distributed as dist
 
     if dist.is_initialized():
@@ -23,6 +28,8 @@ def init_from_mpi(comm: Any, backend: str = "gloo", *, host: str = "127.0.0.1",
     if not timeout > 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
     wait = timedelta(seconds=timeout)
+    if backend == "gloo" and _loopback(host):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     store = None
     if comm.rank == 0:
         try:
@@ -38,3 +45,10 @@ def init_from_mpi(comm: Any, backend: str = "gloo", *, host: str = "127.0.0.1",
         store = dist.TCPStore(host, port, comm.size, is_master=False, timeout=wait)
     dist.init_process_group(backend, store=store, rank=comm.rank, world_size=comm.size,
                             timeout=wait, **options)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name, not an address
+        return host == "localhost"
