@@ -26,8 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from . import groups as grouping
-
 VERSION = 1
 
 
@@ -42,7 +40,7 @@ def state_dict(st: Any) -> dict[str, Any]:
                 continue
             res = fb.residuals.get(g.name)
             if res is not None:
-                per_param.update(grouping.split(res, g.members))
+                per_param.update(g.pieces(res))
             own = fb.residuals.get(f"{g.name}@owner")
             if own is not None:
                 owners[f"{g.spec}|{g.name}"] = own.copy()

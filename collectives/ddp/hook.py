@@ -67,8 +67,11 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
                 lay = state.layer(p, f"bucket{index}/{j}")
                 policy.observe(step, lay, g.detach().cpu().numpy().copy(),  # type: ignore
                                index)
+        # Inputs first, span groups last (they zero the others' ranges once copied out);
+        # collectives in the groups' order, a span group first (it writes its whole span).
+        views = {id(g): g.view(buf) for g in sorted(groups, key=lambda g: bool(g.holes))}
         for g in groups:
-            x = g.view(buf)
+            x = views[id(g)]
             st: dict[str, Any] = {}
             start = partial(_start, state, comm, g, x, step, st)
             # Where messages match only in posting order (NCCL), the worker starts each

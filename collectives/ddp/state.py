@@ -141,10 +141,12 @@ class CompressionState:
             out.append(grouping.Group(spec, grouping.group_name(names),
                                       [(layers[j].name, layers[j].numel) for j in js],
                                       [ranges[j] for j in js]))
+        # A sparsifier's group with a few small holes goes in place over its span.
+        out = grouping.with_span(out, lambda spec: self.compressor(spec).capabilities.sparse)
         for g in out:
             fb = self.feedback(g.spec)
             if fb is not None and g.name not in fb.residuals:
-                res = grouping.assemble(self._pool, g.members, "float32")
+                res = g.assemble(self._pool, "float32")
                 if res is not None:
                     fb.residuals[g.name] = res
         self._groups[index] = (key, out)
@@ -157,7 +159,7 @@ class CompressionState:
                 fb.residuals.pop(f"{g.name}@owner", None)  # tied to the old chunking
                 res = fb.residuals.pop(g.name, None)
                 if res is not None:
-                    self._pool.update(grouping.split(res, g.members))
+                    self._pool.update(g.pieces(res))
 
     def validate_once(self, name: str, spec: str, numel: int) -> bool:
         """Check agreement across ranks the first time a group is sent, not every step."""

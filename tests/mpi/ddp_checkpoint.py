@@ -24,6 +24,8 @@ POLICIES = {
     "rules": lambda: Rules([("numel<100", "none"), ("kind=embedding", "topk:ratio=0.1"),
                             ("kind=conv", "powersgd:rank=2"), ("*", "uniform:bits=4")]),
     "auto": lambda: AutoPolicy(first=1, probe_steps=1, every=1000, cost=SLOW),
+    # a sparsifier's span group (1-D layers are its holes): its residual saved by parameter
+    "span": lambda: Rules([("kind=1d", "none"), ("*", "topk:ratio=0.3")]),
     # compressors that see each parameter alone or elementwise: independent of the bucketing
     "per-layer": lambda: Rules([("kind=conv", "powersgd:rank=2"),
                                 ("kind=linear", "powersgd:rank=1"), ("*", "fp16")]),

@@ -5,6 +5,7 @@ Run: mpiexec -n P python tests/mpi/ddp_hook.py
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from ddp_common import backward, batch, grads, init_gloo, make
@@ -60,6 +61,7 @@ def main() -> None:
                    start_step=4)
     if warm is not None:
         chk.check(all("groups" not in r for r in warm.timeline), "warm-up sent uncompressed")
+    chk.run("span", span, chk)
     chk.run("ordered", ordered, chk)
     chk.run("rules", rules, chk)
     chk.run("non-finite", nonfinite, chk)
@@ -67,6 +69,39 @@ def main() -> None:
     dist.barrier()
     dist.destroy_process_group()
     chk.finish()
+
+
+def span(chk: Checker) -> None:
+    """A sparsifier's group with small holes (the 1-D layers, sent uncompressed) goes in
+    place over its span: keeping everything it equals DDP; keeping 30% with error feedback,
+    the holes still equal DDP's average and every rank holds the same bits."""
+    for ratio in (1.0, 0.3):
+        policy = Rules([("kind=1d", "none"), ("*", f"topk:ratio={ratio}")])
+        plain, hooked = make(25.0), make(25.0)
+        state = cddp.CompressionState(policy=policy).bind(hooked)
+        hooked.register_comm_hook(state, cddp.compression_hook)
+        for step in range(4):
+            backward(plain, step)
+            backward(hooked, step)
+            a, b = grads(plain), grads(hooked)
+            for name in a:
+                if ratio == 1.0 or b[name].dim() == 1:
+                    err = float((a[name] - b[name]).abs().max())
+                    chk.check(torch.allclose(a[name], b[name], rtol=1e-5, atol=1e-6),
+                              f"span ratio {ratio} step {step}: {name} differs by {err:.3g}")
+                chk.check(bool(torch.isfinite(b[name]).all()), f"span {name} finite")
+                chk.identical(b[name].numpy(), f"span ratio {ratio} step {step}: {name}")
+        spans = [g for _, groups in state._groups.values() for g in groups if g.holes]
+        chk.check(len(spans) == 1 and spans[0].name.endswith("~span"),
+                  f"one span group ({[g.name for g in spans]})")
+        if ratio < 1.0:  # its residual covers the span; the holes' stay zero
+            fb = state.feedback(spans[0].spec)
+            res = fb.residuals[spans[0].name]
+            lo = spans[0].span[0]
+            chk.check(res.size == spans[0].numel and np.abs(res).sum() > 0,
+                      "span residual kept")
+            chk.check(all(not res[a - lo:b - lo].any() for a, b in spans[0].holes),
+                      "nothing kept in the holes")
 
 
 def ordered(chk: Checker) -> None:
