@@ -94,8 +94,11 @@ MODELED = ("ring", "tree", "recursive_doubling", "rabenseifner")
 
 def _probe_exchange(comm: Communicator, nbytes: int, reps: int) -> float:
     p, r = comm.size, comm.rank
-    send = np.zeros(nbytes, dtype=np.uint8)
-    recv = np.empty(nbytes, dtype=np.uint8)
+    # Both buffers written before timing: a zero-filled buffer is mapped to the kernel's one
+    # zero page until written, and sending it reads one cached page, not nbytes of memory
+    # (beta would miss what memory bandwidth costs a real collective's large messages).
+    send = np.arange(nbytes, dtype=np.uint8)
+    recv = np.ones(nbytes, dtype=np.uint8)
     times = []
     for _ in range(reps):
         tag = comm.next_tag()
@@ -132,7 +135,10 @@ def fit(comm: Communicator, sizes: tuple[int, ...] = (8, 1 << 12, 1 << 16, 4 << 
     smallest exchange."""
     if comm.size == 1:
         return CostParams(0.0, 0.0, measure_gamma())
-    t = np.array([_probe_exchange(comm, m, reps) for m in sizes])
+    # Small exchanges get more repeats: where ranks share cores their time is bimodal (all
+    # scheduled: microseconds; one waiting for a time slice: ~100x that) and the median of a
+    # few lands anywhere between.
+    t = np.array([_probe_exchange(comm, m, reps if m >= 1 << 20 else 5 * reps) for m in sizes])
     m = np.array(sizes, dtype=np.float64)
     beta = (t[-1] - t[-2]) / (m[-1] - m[-2])
     if not beta > 0:  # noise swamped the difference: fall back to the largest probe's rate
