@@ -312,9 +312,14 @@ def ddp(rep: Report, cpu: bool) -> None:
         nn.functional.cross_entropy(m(x.to(dev)), y.to(dev)).backward()
         return {k: p.grad.detach().cpu().clone() for k, p in m.named_parameters()}
 
+    from collectives.policy import Rules
+
     plain = model()
+    # The last policy makes a span group (top-k over its bucket span, the biases zeroed holes
+    # sent uncompressed): keeping everything, it equals DDP.
+    span = Rules([("kind=1d", "none"), ("*", "topk:ratio=1.0")])
     for policy, rtol, atol in (("none", 1e-5, 0.0), ("fp16", 1e-3, 1e-3),
-                               ("uniform:bits=8", None, None)):
+                               ("uniform:bits=8", None, None), (span, 1e-5, 1e-6)):
         try:
             hooked = model()
             state = cddp.CompressionState(policy=policy).bind(hooked)
@@ -335,9 +340,13 @@ def ddp(rep: Report, cpu: bool) -> None:
                         rel = float((a[k] - b[k]).norm() / a[k].norm().clamp_min(1e-12))
                         rep.check(rel < 0.05, f"ddp {policy} {k}: relative error {rel:.3g}")
             rep.check(next(hooked.parameters()).device.type == dev.type, "ddp model device")
+            if policy is span:
+                rep.check(any(g.holes for _, gs in state._groups.values() for g in gs),
+                          "ddp span group formed")
         except Exception as exc:  # noqa: BLE001
             rep.crash(f"ddp {policy}", exc)
-    rep.section(f"DDP hook on gloo, model on {dev.type} (none, fp16, uniform 8-bit)", mark)
+    rep.section(f"DDP hook on gloo, model on {dev.type} (none, fp16, uniform 8-bit, top-k "
+                "span)", mark)
 
 
 def nccl(rep: Report) -> None:

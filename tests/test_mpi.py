@@ -79,6 +79,6 @@ def test_compressed_allreduce(np_: int) -> None:
 def test_gpu_smoke_script_on_host_arrays() -> None:
     """scripts/gpu_smoke.py with --cpu: the GPU machine's checks, host arrays and a fake device
     (so the script stays runnable where no GPU is)."""
-    res = run("../../scripts/gpu_smoke.py", 3, "--cpu", "--only", "dense,compressed,sparse",
+    res = run("../../scripts/gpu_smoke.py", 3, "--cpu", "--only", "dense,compressed,sparse,ddp",
               timeout=300)
     assert res.returncode == 0 and ", 0 failed" in res.stdout.splitlines()[-1], res.stdout[-4000:]
