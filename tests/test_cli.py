@@ -183,3 +183,12 @@ def test_model_compare_sets_predictions_beside_a_bench_run(tmp_path: Path) -> No
     res = compcoll("model", "--nodes", "8", "--compressor", "none", "--compare", str(bench),
                    timeout=30)
     assert res.returncode != 0 and "--nodes 4" in res.stderr
+
+
+def test_bench_train_refuses_bad_arguments_before_launching() -> None:
+    from collectives.cli import main
+
+    with pytest.raises(SystemExit, match="--timeout must be > 0 seconds, got 0.0"):
+        main(["bench", "train", "-np", "2", "--timeout", "0"])
+    with pytest.raises(SystemExit, match="need --steps >= 10"):
+        main(["bench", "train", "-np", "2", "--steps", "3"])

@@ -164,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
     if unknown or args.steps < 10 or args.batch < 1:
         raise SystemExit(f"compcoll: unknown run(s) {unknown} (choose from {list(RUNS)})"
                          if unknown else "compcoll: need --steps >= 10 and --batch >= 1")
+    if not args.timeout > 0:
+        raise SystemExit(f"compcoll: --timeout must be > 0 seconds, got {args.timeout}")
     if args.link and not emulated.inside():
         if any(v in __import__("os").environ for v in LAUNCHER_VARS):
             raise SystemExit("compcoll: --link starts its own ranks; run it without mpiexec")
@@ -184,8 +186,6 @@ def run(args: argparse.Namespace) -> int:
         threadpool_limits(1)  # OpenBLAS/OpenMP of numpy and the extension, on every thread
     except ImportError:
         pass
-    if not args.timeout > 0:
-        raise SystemExit(f"compcoll: --timeout must be > 0 seconds, got {args.timeout}")
     watchdog(args)
     mpi = MPI.COMM_WORLD
     init_gloo(mpi, emulated.inside(), args.timeout)

@@ -130,17 +130,14 @@ def with_span(groups: list[Group], sparse: Any) -> list[Group]:
     group with a range inside its span is then copied (its view would be zeroed). The same
     groups give the same result on every rank.
     """
-    best: Group | None = None
-    for g in groups:
-        if g.contiguous or g.shape is not None or not sparse(g.spec):
-            continue
-        lo, hi = g.span
-        own = sum(b - a for a, b in g.ranges)
-        if hi - lo - own <= MAX_HOLE_SHARE * (hi - lo) and (best is None or own > sum(
-                b - a for a, b in best.ranges)):
-            best = g
-    if best is None:
+    def own(g: Group) -> int:
+        return sum(b - a for a, b in g.ranges)
+
+    fits = [g for g in groups if not g.contiguous and g.shape is None and sparse(g.spec)
+            and g.span[1] - g.span[0] - own(g) <= MAX_HOLE_SHARE * (g.span[1] - g.span[0])]
+    if not fits:
         return groups
+    best = max(fits, key=own)  # the first of the largest: the same on every rank
     lo, hi = best.span
     order = sorted(range(len(best.ranges)), key=lambda j: best.ranges[j][0])
     holes: list[tuple[int, int]] = []
