@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 NP ?= 4
 
-.PHONY: bench test lint setup clean
+.PHONY: bench test lint setup clean sanitize
 
 $(STAMP): pyproject.toml CMakeLists.txt $(wildcard csrc/*.cpp csrc/*.h) scripts/setup.sh
 	./scripts/setup.sh
@@ -24,3 +24,27 @@ test: $(STAMP) lint
 
 clean:
 	rm -rf build $(VENV) _compcoll*.so
+
+# The kernels built with AddressSanitizer and UndefinedBehaviorSanitizer (misaligned loads,
+# overflows, out-of-bounds access) into build/sanitize, then the kernel, wire-format and fuzz
+# tests run against that build (libasan preloaded: the interpreter is not instrumented), with
+# pytest's output capture off so that a sanitizer's report is not lost when it ends the process.
+SAN_DIR := build/sanitize
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+SAN_TESTS := tests/compressors/test_kernels.py tests/test_reduce_kernels.py \
+	tests/compressors/test_wire.py tests/compressors/test_fuzz.py
+# libstdc++ is preloaded too: ASan's throw interceptor must find it at startup.
+SAN_ENV = LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so) $$($(CXX) \
+	-print-file-name=libstdc++.so)" ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1
+SAN_RUN = $(VENV)/bin/python scripts/sanitized_pytest.py $(SAN_DIR) -q -s -p no:cacheprovider
+
+sanitize: $(STAMP)
+	cmake -S . -B $(SAN_DIR) -DCMAKE_BUILD_TYPE=Release -DCOMPCOLL_NATIVE=OFF \
+		-DPython_EXECUTABLE=$(abspath $(VENV))/bin/python -DCMAKE_CXX_COMPILER=$(CXX) \
+		-DCOMPCOLL_SANITIZE="$(SAN_FLAGS)" > /dev/null
+	cmake --build $(SAN_DIR) -j 2
+	{ echo "# make sanitize ($(SAN_FLAGS)), $$(date -u)"; \
+	  echo "# $(SAN_ENV) $(SAN_RUN) $(SAN_TESTS)" | tr -s '\t\\ ' ' '; \
+	  $(SAN_ENV) $(SAN_RUN) $(SAN_TESTS) 2>&1; echo "exit status $$?"; } \
+	  | tee bench/results/sanitize.txt
+	grep -q "^exit status 0$$" bench/results/sanitize.txt

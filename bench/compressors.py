@@ -178,6 +178,17 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _check(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse, before anything is timed, arguments that cannot work (a usage error, exit 2)."""
+    if min(args.sizes) < 1 or min(args.threads) < 1 or args.repeats < 1:
+        ap.error("--sizes, --threads and --repeats take integers >= 1")
+    for spec in args.specs:
+        try:
+            compressors.get(spec)
+        except ValueError as exc:
+            ap.error(f"--specs {spec}: {exc}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("bench/results/compressors.json"))
@@ -186,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--specs", nargs="+", default=SPECS)
     args = ap.parse_args(argv)
+    _check(ap, args)
     result: dict[str, Any] = {
         "machine": f"{platform.processor() or platform.machine()}, "
                    f"python {sys.version.split()[0]}, openmp={kernels.OPENMP}",

@@ -5,7 +5,7 @@ Public API::
     allreduce, iallreduce, reduce_scatter, allgather, broadcast, algorithms,
     sparse_allreduce, isparse_allreduce, schemes,
     Communicator, Handle, defaults, and the errors CompcollError, CommunicationError,
-    CollectiveTimeout, MismatchError, TransportError.
+    CollectiveTimeout, CommunicatorUnusable, MismatchError, TransportError.
 
 ``allreduce(buf, compressor=..., feedback=...)`` compresses on the way: the collective
 scheme follows the compressor's capabilities (``collectives.compressed``).
@@ -19,6 +19,7 @@ from .config import defaults
 from .errors import (
     CollectiveTimeout,
     CommunicationError,
+    CommunicatorUnusable,
     CompcollError,
     MismatchError,
     TransportError,
@@ -41,7 +42,8 @@ def algorithms() -> list[str]:
 
 
 __all__ = [
-    "CollectiveTimeout", "CommunicationError", "CompcollError", "Communicator", "Handle",
+    "CollectiveTimeout", "CommunicationError", "CommunicatorUnusable", "CompcollError",
+    "Communicator", "Handle",
     "MismatchError", "TransportError", "algorithms", "allgather", "allreduce",
     "as_communicator", "broadcast", "defaults", "iallreduce", "isparse_allreduce",
     "reduce_scatter", "schemes", "sparse_allreduce",

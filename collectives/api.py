@@ -11,31 +11,17 @@ from . import algorithms, buffers, ops
 from .algorithms import ring, tree
 from .algorithms.common import Job, blocks_from_counts, partition
 from .config import defaults
-from .errors import MismatchError
 from .progress import Handle
 from .transport import Communicator, as_communicator
+from .validation import agree
 
 _OP_CODES = {name: i for i, name in enumerate(ops.SUPPORTED_OPS)}
 
 
 def _validate(comm: Communicator, collective: str, fields: dict[str, int],
               timeout: float | None) -> np.ndarray:
-    """Check that every rank passed the same ``fields``; raise MismatchError on every rank.
-
-    Costs one small allgather. Every rank sees the same gathered table, so every rank raises
-    (or none does) and nobody is left waiting in a collective the others abandoned.
-    """
-    table = comm.allgather_ints(list(fields.values()), collective=f"{collective} (validation)",
-                                timeout=timeout)
-    for j, name in enumerate(fields):
-        column = table[:, j]
-        if (column != column[0]).any():
-            values = ", ".join(f"rank {r}: {v}" for r, v in enumerate(column.tolist()))
-            raise MismatchError(
-                f"{collective}: ranks disagree on {name} ({values}); every rank must pass the "
-                f"same {name}"
-            )
-    return table
+    """Check that every rank passed the same ``fields``; raise MismatchError on every rank."""
+    return agree(comm, collective, fields, timeout)
 
 
 def _job(comm: Communicator, work: np.ndarray, dtype: Any, op: str, collective: str) -> Job:
@@ -78,7 +64,7 @@ def iallreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any 
     if name == "auto":
         from . import costmodel
 
-        name = costmodel.choose(c, prepared.work.size * dtype.itemsize)
+        name = costmodel.choose(c, prepared.work.size * dtype.itemsize, timeout=timeout)
     job = _job(c, prepared.work, dtype, op, f"allreduce[{name}]")
     ops.prescale(job.work, dtype, op, c.size)
 
@@ -115,13 +101,21 @@ def allreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any =
         op: "sum", "avg", "min", "max" or "prod" ("avg" needs a floating-point dtype).
         algorithm: "auto" (the cost model picks), "ring", "tree", "recursive_doubling",
             "rabenseifner", or the engines' own "mpi" / "torch".
-        comm: None (MPI.COMM_WORLD), an mpi4py communicator, a torch.distributed
+        comm: None (the job: MPI.COMM_WORLD, or under torchrun the initialized
+            torch.distributed default group), an mpi4py communicator, a torch.distributed
             ProcessGroup, or a :class:`collectives.Communicator`.
         out: where to write the result (same type, shape and dtype); ``out=buf`` is in place.
             None allocates a new array of the caller's type on the caller's device.
-        timeout: seconds any single wait may block before ``CollectiveTimeout``.
-        validate: check count/dtype/op/algorithm agree on all ranks first (one small
-            allgather); default from ``collectives.defaults.validate``.
+        timeout: seconds any single wait may block before ``CollectiveTimeout`` (a positive
+            finite number; None: ``collectives.defaults.timeout``). After a timeout the
+            communicator raises ``CommunicatorUnusable`` on every later call.
+        validate: check first, in one small allgather, that every rank makes the same call
+            with every argument that changes what ranks exchange (count, dtype, op,
+            algorithm; with a compressor also its spec, scheme, feedback, sparse_algorithm, k,
+            and name and step where they seed shared randomness); a mismatch raises
+            ``MismatchError`` on every rank. Default ``collectives.defaults.validate``.
+            ``validate=False`` saves that allgather and checks nothing: ranks that disagree
+            may then hang until ``timeout`` or get different results.
         compressor: compress before communicating: a ``compressors.Compressor`` or a spec
             such as ``"uniform:bits=8"`` or ``"topk:ratio=0.01"`` (see ``collectives.compressed``).
         feedback: a ``compressors.ErrorFeedback`` keeping this tensor's residual (needs name).
@@ -188,13 +182,11 @@ def allgather(buf: Any, *, comm: Any = None, timeout: float | None = None) -> An
     c = as_communicator(comm)
     prepared = buffers.prepare(buf, None)
     dtype = prepared.dtype
-    table = c.allgather_ints([prepared.work.size, dtype.code], collective="allgather",
-                             timeout=timeout)
-    if (table[:, 1] != dtype.code).any():
-        raise MismatchError(f"allgather: ranks disagree on dtype (codes by rank: "
-                            f"{table[:, 1].tolist()}); every rank must pass the same dtype")
-    blocks = blocks_from_counts(table[:, 0].tolist())
-    work = np.empty(int(table[:, 0].sum()), dtype=dtype.raw)
+    table = agree(c, "allgather", {"dtype": dtype.code}, timeout,
+                  shared={"element count": prepared.work.size})
+    sizes = table[:, 1]
+    blocks = blocks_from_counts(sizes.tolist())
+    work = np.empty(int(sizes.sum()), dtype=dtype.raw)
     lo, hi = blocks[c.rank]
     work[lo:hi] = prepared.work
     job = _job(c, work, dtype, "sum", "allgather")

@@ -3,8 +3,9 @@
 ``prepare(buf, out)`` returns a ``Prepared`` whose ``work`` is a 1-D C-contiguous host numpy
 array holding the input; a collective runs in place on ``work`` and ``finish()`` delivers the
 result in the caller's type and device. Host buffers are used zero-copy when possible (in place
-on a contiguous buffer no byte is copied); device buffers are staged through pinned host memory
-after their stream is synchronized (see ``collectives.device``).
+on a contiguous buffer no byte is copied; an array of the other byte order is reduced from a
+native copy, the result written back in its order); device buffers are staged through pinned
+host memory after their stream is synchronized (see ``collectives.device``).
 """
 
 from __future__ import annotations
@@ -71,15 +72,18 @@ def _prepare_numpy(buf: np.ndarray, out: Any, copy_input: bool) -> Prepared:
         _check_out(buf, out, np.ndarray)
     inplace = out is buf
     target = np.empty_like(buf, order="C") if out is None else out
-    if target.flags.c_contiguous:
+    if target.flags.c_contiguous and buf.dtype.isnative:
         work = _numpy_raw(target, dtype)
         source = None if inplace else _leave_or_copy(
             work, _numpy_raw(np.ascontiguousarray(buf), dtype), copy_input)
         return Prepared(work, dtype, lambda: target, "numpy", source)
-    work = _numpy_raw(np.array(buf, order="C"), dtype)  # one copy, never aliasing buf
+    # One copy, never aliasing buf; in native byte order (the kernels and MPI add native
+    # numbers), converted back to the caller's order when the result is written.
+    native = buf.dtype.newbyteorder("=")
+    work = _numpy_raw(np.array(buf, dtype=native, order="C"), dtype)
 
     def finish() -> np.ndarray:
-        np.copyto(target, work.view(buf.dtype).reshape(target.shape))
+        np.copyto(target, work.view(native).reshape(target.shape))
         return target
 
     return Prepared(work, dtype, finish, "numpy")
@@ -140,6 +144,9 @@ def _cai_layout(obj: Any, role: str) -> tuple[int, int, np.dtype, tuple]:
             f"{role} device array is not C-contiguous (strides {strides}); pass a contiguous "
             "copy (cupy.ascontiguousarray / tensor.contiguous())"
         )
+    if not dt.isnative:
+        raise ValueError(f"{role} device array has non-native byte order ({dt.str}); pass it "
+                         "in native order (e.g. .astype(dtype.newbyteorder('=')))")
     ptr = int(cai["data"][0])
     return ptr, int(np.prod(shape, dtype=np.int64)) * dt.itemsize, dt, shape
 
@@ -197,6 +204,10 @@ def _check_out(buf: Any, out: Any, kind: type) -> None:
             f"out has shape {tuple(out.shape)} and dtype {out.dtype}; the input has shape "
             f"{tuple(buf.shape)} and dtype {buf.dtype}"
         )
+    if isinstance(out, np.ndarray) and not out.flags.writeable:
+        what = "the input (in place)" if out is buf else "out"
+        raise ValueError(f"{what} is read-only and cannot take the result; pass a writable "
+                         "out= (or out=None for a new array)")
 
 
 def prepare(buf: Any, out: Any = None, copy_input: bool = True) -> Prepared:
@@ -221,6 +232,8 @@ def prepare(buf: Any, out: Any = None, copy_input: bool = True) -> Prepared:
 def like(buf: Any, host: np.ndarray, dtype: DType) -> Any:
     """A new array of ``buf``'s kind (type and device) holding ``host``'s elements."""
     if isinstance(buf, np.ndarray):
+        if not buf.dtype.isnative:  # host holds native numbers: convert to the caller's order
+            return host.view(buf.dtype.newbyteorder("=")).astype(buf.dtype)
         return host.view(buf.dtype)
     if _is_torch(buf):
         import torch

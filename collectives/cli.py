@@ -6,6 +6,10 @@ A subcommand is a function ``run(args) -> exit code`` registered under its words
     def run(args: argparse.Namespace) -> int: ...
 
 ``compcoll bench allreduce -h`` lists its options; ``python -m collectives`` is the same program.
+
+Every argument that cannot work is refused before any work starts, as one line
+``compcoll: error: ...`` naming the problem and what would work, with exit code 2 (argparse's
+convention): the parser's own errors and the commands' :class:`UsageError`.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
 Runner = Callable[[argparse.Namespace], int]
 
@@ -30,6 +35,18 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {}
+
+
+class UsageError(Exception):
+    """An argument (or combination) the command cannot run with; the message names the
+    problem and what would work. ``main`` prints it as one line and exits with status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"compcoll: error: {message} (see '{self.prog} -h')\n")
 
 
 def command(name: str, *, help: str,
@@ -53,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser: one nested subparser per word of each registered command."""
     from . import commands  # noqa: F401  (importing the modules registers the commands)
 
-    root = argparse.ArgumentParser(prog="compcoll", description=__doc__.splitlines()[0])
+    root = Parser(prog="compcoll", description=__doc__.splitlines()[0])
     groups: dict[tuple[str, ...], argparse._SubParsersAction] = {
         (): root.add_subparsers(title="commands", metavar="COMMAND", required=True),
     }
@@ -77,10 +94,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if rest and not args._command.passthrough:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        parser.exit(2, f"compcoll: error: unrecognized arguments: {' '.join(rest)} "
+                       f"(see 'compcoll {args._command.name} -h')\n")
     args.rest = rest[1:] if rest[:1] == ["--"] else rest
     args.argv = argv
-    return int(args._command.run(args))
+    try:
+        return int(args._command.run(args))
+    except UsageError as exc:  # exits as the parser's own errors do
+        print(f"compcoll: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -2,8 +2,35 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 from dataclasses import dataclass
+from typing import Any
+
+_ACCEPTED = "a positive finite number of seconds"
+
+
+def check_timeout(value: Any, name: str = "timeout") -> float | None:
+    """``value`` if it is a valid deadline (a positive finite number of seconds, or None for
+    ``collectives.defaults.timeout``); else a ValueError naming it and what is accepted."""
+    if value is None:
+        return None
+    hint = (", or None for collectives.defaults.timeout (COMPCOLL_TIMEOUT)"
+            if name == "timeout" else "")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {_ACCEPTED}{hint}; got {type(value).__name__} "
+                        f"{value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name}={value!r} is not a deadline: use {_ACCEPTED}{hint}")
+    return float(value)
+
+
+def resolve_timeout(value: float | None) -> float:
+    """The deadline a wait uses: ``value``, or ``defaults.timeout`` when None (both checked)."""
+    if value is None:
+        return defaults.timeout  # checked when it was set
+    return check_timeout(value)  # type: ignore[return-value]
 
 
 def _env_float(name: str, default: float) -> float:
@@ -12,10 +39,10 @@ def _env_float(name: str, default: float) -> float:
         return default
     try:
         value = float(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name}={raw!r} is not a number of seconds") from exc
-    if value <= 0:
-        raise ValueError(f"{name}={raw!r} must be > 0 seconds")
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name}={raw!r} is not a deadline: use {_ACCEPTED}")
     return value
 
 
@@ -47,6 +74,13 @@ class Defaults:
     segment_bytes: int = int(os.environ.get("COMPCOLL_SEGMENT_BYTES", 1 << 20))
     compressed_segment_bytes: int = int(os.environ.get("COMPCOLL_COMPRESSED_SEGMENT_BYTES",
                                                        4 << 20))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "timeout":  # None has no meaning here: this is what None resolves to
+            if value is None:
+                raise ValueError(f"collectives.defaults.timeout must be {_ACCEPTED}, not None")
+            value = check_timeout(value, "collectives.defaults.timeout")
+        super().__setattr__(name, value)
 
 
 defaults = Defaults()

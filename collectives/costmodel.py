@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .config import defaults
+from .config import check_timeout, defaults
 from .dtypes import BY_NAME
 from .ops import combine
 from .transport.base import Communicator, wait_all
@@ -92,7 +92,8 @@ def predict(algorithm: str, p: int, nbytes: int, c: CostParams,
 MODELED = ("ring", "tree", "recursive_doubling", "rabenseifner")
 
 
-def _probe_exchange(comm: Communicator, nbytes: int, reps: int) -> float:
+def _probe_exchange(comm: Communicator, nbytes: int, reps: int,
+                    timeout: float | None = None) -> float:
     p, r = comm.size, comm.rank
     # Both buffers written before timing: a zero-filled buffer is mapped to the kernel's one
     # zero page until written, and sending it reads one cached page, not nbytes of memory
@@ -102,11 +103,11 @@ def _probe_exchange(comm: Communicator, nbytes: int, reps: int) -> float:
     times = []
     for _ in range(reps):
         tag = comm.next_tag()
-        comm.barrier()
+        comm.barrier(timeout=timeout)
         t0 = time.perf_counter()
         reqs = [comm.irecv(recv, (r - 1) % p, tag, "cost-model probe"),
                 comm.isend(send, (r + 1) % p, tag, "cost-model probe")]
-        wait_all(reqs, collective="cost-model probe")
+        wait_all(reqs, collective="cost-model probe", timeout=timeout)
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
 
@@ -126,8 +127,12 @@ def measure_gamma(nbytes: int = 32 << 20, reps: int = 3) -> float:
 
 
 def fit(comm: Communicator, sizes: tuple[int, ...] = (8, 1 << 12, 1 << 16, 4 << 20, 16 << 20),
-        reps: int = 5) -> CostParams:
+        reps: int = 5, *, timeout: float | None = None) -> CostParams:
     """Fit alpha, beta (probe of ``comm``) and gamma (kernel timing); collective, same on all.
+
+    ``timeout`` bounds each of the probe's waits (None: ``collectives.defaults.timeout``).
+    Every rank ends with the same parameters: each rank's values are gathered and the
+    slowest taken, so "auto" decides the same on every rank.
 
     Two regimes, fitted apart: beta is the marginal time per byte between the two largest
     probes (a rate limiter's burst allowance, or caches, make the first megabyte cheaper than
@@ -138,28 +143,33 @@ def fit(comm: Communicator, sizes: tuple[int, ...] = (8, 1 << 12, 1 << 16, 4 << 
     # Small exchanges get more repeats: where ranks share cores their time is bimodal (all
     # scheduled: microseconds; one waiting for a time slice: ~100x that) and the median of a
     # few lands anywhere between.
-    t = np.array([_probe_exchange(comm, m, reps if m >= 1 << 20 else 5 * reps) for m in sizes])
+    t = np.array([_probe_exchange(comm, m, reps if m >= 1 << 20 else 5 * reps, timeout)
+                  for m in sizes])
     m = np.array(sizes, dtype=np.float64)
     beta = (t[-1] - t[-2]) / (m[-1] - m[-2])
     if not beta > 0:  # noise swamped the difference: fall back to the largest probe's rate
         beta = t[-1] / m[-1]
     alpha = float(t[0] - beta * m[0])  # the smallest exchange: all latency
     mine = np.array([max(alpha, 1e-7), max(beta, 1e-12), measure_gamma()], dtype=np.float64)
-    table = comm.allgather_ints(mine.view(np.int64), collective="cost-model fit")
+    table = comm.allgather_ints(mine.view(np.int64), collective="cost-model fit",
+                                timeout=timeout)
     worst = table.view(np.float64).max(axis=0)  # slowest rank paces the collective
     return CostParams(*map(float, worst))
 
 
-def params(comm: Communicator) -> CostParams:
-    """The communicator's fitted parameters, probing on first use (collective)."""
+def params(comm: Communicator, *, timeout: float | None = None) -> CostParams:
+    """The communicator's fitted parameters, probing on first use (collective; ``timeout``
+    bounds each wait of the probe)."""
     cached = getattr(comm, "_cost_params", None)
     if cached is None:
-        cached = fit(comm)
+        check_timeout(timeout)  # before the first message, so no rank starts the probe alone
+        cached = fit(comm, timeout=timeout)
         comm._cost_params = cached  # type: ignore[attr-defined]
     return cached
 
 
-def choose(comm: Communicator, nbytes: int) -> str:
-    """The algorithm with the least predicted time (identical on all ranks)."""
-    c = params(comm)
+def choose(comm: Communicator, nbytes: int, *, timeout: float | None = None) -> str:
+    """The algorithm with the least predicted time (identical on all ranks); fits the model
+    on first use, each wait bounded by ``timeout``."""
+    c = params(comm, timeout=timeout)
     return min(MODELED, key=lambda a: (predict(a, comm.size, nbytes, c), a))

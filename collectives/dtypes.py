@@ -52,5 +52,8 @@ def lookup(name: str) -> DType:
 
 
 def from_numpy(dt: np.dtype) -> DType:
-    """Map a numpy dtype (including ml_dtypes' bfloat16) to its DType."""
+    """Map a numpy dtype (including ml_dtypes' bfloat16) to its DType.
+
+    The byte order is not part of a DType (the kernels read native numbers): callers holding
+    an array of the other order convert it (``collectives.buffers``) or refuse it."""
     return lookup(np.dtype(dt).name)

@@ -42,3 +42,24 @@ class CollectiveTimeout(CommunicationError, TimeoutError):
         self.step = step
         self.peer = peer
         self.timeout = timeout
+
+
+class CommunicatorUnusable(CommunicationError):
+    """The communicator failed earlier (a timeout or an engine error) and refuses every call.
+
+    When a wait gives up, the ranks may stand at different points of the collective sequence,
+    and messages of the abandoned collective may still arrive: the engine keeps writing into
+    the receive buffers it was given. Those buffers are kept alive, but the communicator can
+    no longer be trusted to match messages, so every later call on it raises this error.
+    ``cause`` is the original error.
+    """
+
+    def __init__(self, communicator: str, cause: BaseException) -> None:
+        super().__init__(
+            f"{communicator} is unusable since an earlier collective failed on it "
+            f"({type(cause).__name__}: {cause}); its ranks may be at different points of the "
+            f"collective sequence. Abort the job (comm.abort(), or let the exception end this "
+            f"rank) and restart from a checkpoint, or have every rank build a new communicator "
+            f"(MPI: comm.Dup(); torch.distributed: dist.new_group(...)) to go on"
+        )
+        self.cause = cause

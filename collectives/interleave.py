@@ -17,7 +17,7 @@ class AnyOf(Request):
     """Completes when any of its requests has (a wait that wakes for whichever comes first)."""
 
     def __init__(self, requests: list[Request]) -> None:
-        super().__init__(requests[0].peer, requests[0].what)
+        super().__init__(requests[0].peer, requests[0].what, requests[0].owner)
         self.requests = requests
         self.blocking = any(r.blocking for r in requests)
 

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .algorithms.common import Steps
-from .transport.base import Request, wait_all
+from .config import check_timeout
+from .transport.base import Request, test_all, wait_all
 
 
 class Handle:
@@ -14,7 +15,9 @@ class Handle:
 
     ``test()`` makes whatever progress is possible without blocking and says whether the
     collective has finished; ``wait()`` blocks (with the deadline) and returns the result.
-    Several handles may be in flight at once; each uses its own message tag.
+    Several handles may be in flight at once; each uses its own message tag. After a
+    ``CollectiveTimeout`` (or an engine error) the communicator is unusable: this handle and
+    every later call on it raise ``CommunicatorUnusable`` (the abandoned buffers stay alive).
     """
 
     def __init__(self, steps: Steps, finish: Callable[[], Any], collective: str,
@@ -22,7 +25,7 @@ class Handle:
         self._steps = steps
         self._finish = finish
         self._collective = collective
-        self._timeout = timeout
+        self._timeout = check_timeout(timeout)
         self._pending: list[Request] = []
         self._done = False
         self._result: Any = None
@@ -33,7 +36,7 @@ class Handle:
             if self._pending:
                 if block:
                     wait_all(self._pending, collective=self._collective, timeout=self._timeout)
-                elif not all(r.test() for r in self._pending):
+                elif not test_all(self._pending):
                     return False
             try:
                 self._pending = next(self._steps) or []

@@ -73,7 +73,12 @@ def check_indices(idx: np.ndarray, vals: np.ndarray, numel: int, what: str) -> N
     """Index lists must be strictly ascending, in range, and as long as their values."""
     if idx.size != vals.size:
         raise PayloadError(f"{what}: {idx.size} indices but {vals.size} values")
-    if idx.size and (idx[0] < 0 or idx[-1] >= numel or np.any(np.diff(idx) <= 0)):
+    if idx.dtype.kind not in "iu":
+        raise PayloadError(f"{what}: indices must be integers, got {idx.dtype}")
+    # Range first (min and max, no arithmetic), then the differences: with every index in
+    # [0, numel) they cannot overflow, as INT32_MIN after a large index would in np.diff.
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= numel or
+                     np.any(np.diff(idx) <= 0)):
         raise PayloadError(f"{what}: indices must be ascending within [0, {numel})")
 
 

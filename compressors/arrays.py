@@ -38,6 +38,7 @@ class ArrayInfo:
     dtype: str  # a key of FLOAT_DTYPES
     shape: tuple[int, ...]
     device: Any = None
+    byteorder: str = "="  # numpy: ">" or "<" for an array of the other byte order
 
 
 def storage_dtype(dtype: str) -> np.dtype:
@@ -83,12 +84,18 @@ def to_host(x: Any) -> tuple[np.ndarray, ArrayInfo]:
         storage_dtype(str(x.dtype))
         return x.get(), ArrayInfo("cupy", str(x.dtype), tuple(x.shape), x.device)
     arr = np.asarray(x)
+    order = "="
+    if not arr.dtype.isnative:  # the kernels read native numbers: convert, hand back alike
+        order = arr.dtype.byteorder
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    elif not arr.flags.writeable:
+        arr = arr.copy()  # the compiled kernels take writable arrays (they only read x)
     if arr.dtype == np.uint16:
         raise ValueError("uint16 arrays are ambiguous: pass bfloat16 data as a torch tensor")
     name = _NUMPY_NAMES.get(arr.dtype)
     if name is None:
         storage_dtype(str(arr.dtype))  # raises, naming the dtypes accepted
-    return arr, ArrayInfo("numpy", name, tuple(arr.shape))
+    return arr, ArrayInfo("numpy", name, tuple(arr.shape), None, order)
 
 
 def from_host(arr: np.ndarray, info: ArrayInfo) -> Any:
@@ -106,6 +113,8 @@ def from_host(arr: np.ndarray, info: ArrayInfo) -> Any:
 
         with cupy.cuda.Device(info.device):
             return cupy.asarray(arr)
+    if info.byteorder != "=":
+        return arr.astype(arr.dtype.newbyteorder(info.byteorder))
     return arr
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -20,8 +21,10 @@ __all__ = ["Capabilities", "Compressor", "available", "derive_seed", "get", "reg
 Layout = dict[str, tuple[np.dtype, int | None]]
 #: Layout length of a buffer that is empty for finite input (non-finite values go there).
 NONFINITE = -1
-#: Largest ratio of decoded elements to wire bytes a payload may claim, as a power of two.
-MAX_EXPANSION_BITS = 16
+#: A payload decoded without ``out`` may claim at most max(its buffer bytes, 4 KiB) <<
+#: MAX_EXPANSION_BITS bytes of output (64 MiB for a small payload): a damaged shape cannot make
+#: decompress allocate more. Sparse payloads of larger tensors decode into the caller's ``out``.
+MAX_EXPANSION_BITS = 14
 
 
 @dataclass(frozen=True)
@@ -159,8 +162,9 @@ class Compressor:
         return False
 
     def decompress(self, payload: Payload, out: Any = None) -> Any:
-        """Decode a payload; into ``out`` when given, else a new array of the caller's type."""
-        self.check(payload)
+        """Decode a payload; into ``out`` when given, else a new array of the caller's type
+        (at most ``MAX_EXPANSION_BITS`` times the payload's size: pass ``out`` beyond)."""
+        self.check(payload, expect=None if out is None else _numel_of(out))
         st = storage_dtype(payload.dtype)
         if out is None:
             flat = np.empty(payload.numel, dtype=st)
@@ -169,6 +173,9 @@ class Compressor:
             if info.kind == "numpy" and payload.dtype == "bfloat16":
                 info = ArrayInfo("numpy", "bfloat16", payload.shape)  # bit patterns, uint16
             return from_host(flat.reshape(payload.shape), info)
+        if isinstance(out, np.ndarray) and not out.flags.writeable:
+            raise ValueError("out is read-only; pass a writable array (or out=None for a new "
+                             "one)")
         host, info = to_host(out)
         if info.dtype != payload.dtype or host.size != payload.numel:
             raise ValueError(f"out is {info.dtype} with {host.size} elements, payload is "
@@ -177,19 +184,31 @@ class Compressor:
         if not np.shares_memory(flat, host) and host.size:
             raise ValueError("out must be contiguous")
         self._decode(payload, flat)
-        if info.kind == "cupy" or (info.kind == "torch" and info.device.type != "cpu"):
+        if info.kind == "cupy" or (info.kind == "torch" and info.device.type != "cpu") or \
+                info.byteorder != "=":  # decoded into a staging copy: copy to the caller's
             out[...] = from_host(flat.reshape(payload.shape), info)
         return out
 
-    def check(self, payload: Payload) -> None:
-        """Raise PayloadError unless the payload is one this compressor made, intact."""
-        if payload.compressor != self.name or dict(payload.params) != self.params:
+    def check(self, payload: Payload, expect: int | None = None) -> None:
+        """Raise PayloadError unless the payload is one this compressor made, intact.
+
+        ``expect``: the element count of the caller's output; without it the output the
+        payload implies is bounded by ``MAX_EXPANSION_BITS``."""
+        mine = self.params
+        if payload.compressor != self.name or dict(payload.params) != mine or any(
+                type(v) is not type(mine[k]) for k, v in payload.params.items()):
             raise PayloadError(f"payload from {payload.compressor}{dict(payload.params)} given to "
-                               f"{self.name}{self.params}")
+                               f"{self.name}{mine}")
         # A dense result may be much larger than its payload, but not without bound: this keeps
-        # a corrupted shape from making decompress allocate terabytes.
-        if payload.numel > max(payload.nbytes, 1 << 12) << MAX_EXPANSION_BITS:
-            raise PayloadError(f"shape {payload.shape} is too large for {payload.nbytes} bytes")
+        # a corrupted shape from making decompress allocate gigabytes.
+        limit = max(payload.nbytes, 1 << 12) << MAX_EXPANSION_BITS
+        dense = payload.numel * storage_dtype(payload.dtype).itemsize
+        if expect is None and dense > limit:
+            raise PayloadError(f"shape {payload.shape} is too large for {payload.nbytes} bytes "
+                               f"of payload (at most {limit} bytes of output without out=)")
+        if expect is not None and expect != payload.numel:
+            raise PayloadError(f"out is an array of {expect} elements, the payload decodes to "
+                               f"{payload.numel}")
         try:
             lay = self.layout(payload.shape, payload.dtype)
         except ValueError as e:
@@ -211,6 +230,11 @@ class Compressor:
 
     def _decode(self, payload: Payload, out: np.ndarray) -> None:
         raise TypeError(f"{type(self).__name__} cannot decompress")
+
+
+def _numel_of(out: Any) -> int:
+    """Elements of an output array of any supported type."""
+    return int(np.prod(tuple(getattr(out, "shape", np.shape(out))), dtype=np.int64))
 
 
 _REGISTRY: dict[str, type[Compressor]] = {}
@@ -262,8 +286,28 @@ def get(spec: str, **params: Any) -> Compressor:
         cls = _REGISTRY[name.strip()]
     except KeyError:
         raise ValueError(f"unknown compressor {name!r}; available: {available()}") from None
-    known = {f.name for f in dataclasses.fields(cls) if f.init}
-    unknown = set(params) - known
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = set(params) - set(fields)
     if unknown:
-        raise ValueError(f"{name} has no parameter(s) {sorted(unknown)}; it takes {sorted(known)}")
-    return cls(**params)
+        raise ValueError(f"{name} has no parameter(s) {sorted(unknown)}; it takes {sorted(fields)}")
+    return cls(**{key: _typed(name, fields[key], v) for key, v in params.items()})
+
+
+def _typed(name: str, f: dataclasses.Field, value: Any) -> Any:
+    """``value`` as the type of the field's default (an integer for an int field, a number
+    for a float field), or a ValueError naming both: a parameter read from the wire as 1.0
+    must not reach a kernel that takes an integer."""
+    default = f.default
+    if isinstance(default, bool):
+        ok, kind = isinstance(value, bool | np.bool_), "a bool"
+    elif isinstance(default, int):
+        ok, kind = isinstance(value, numbers.Integral) and not isinstance(value, bool), \
+            "an integer"
+    elif isinstance(default, float):
+        ok, kind = isinstance(value, numbers.Real) and not isinstance(value, bool), "a number"
+    else:
+        return value
+    if not ok:
+        raise ValueError(f"{name}: parameter {f.name} must be {kind}, got "
+                         f"{type(value).__name__} {value!r}")
+    return bool(value) if kind == "a bool" else int(value) if kind == "an integer" else value

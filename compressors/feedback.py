@@ -10,11 +10,12 @@ everything sent plus the final residual equals the sum of all gradients (telesco
 
 from __future__ import annotations
 
-import math
+import warnings
 from typing import Any
 
 import numpy as np
 
+from ._statecheck import arrays, factor, require
 from .arrays import ArrayInfo, from_host, host_f32, to_f32, to_host
 from .base import Compressor
 from .payload import Payload
@@ -43,11 +44,36 @@ class ErrorFeedback:
     """Residual memory around a compressor: compensate -> compress -> update."""
 
     def __init__(self, compressor: Compressor, beta: float = 1.0, gamma: float = 1.0) -> None:
-        for key, v in (("beta", beta), ("gamma", gamma)):
-            if not (isinstance(v, int | float) and math.isfinite(v) and 0.0 <= v <= 1e6):
-                raise ValueError(f"ErrorFeedback: {key} must be a number in [0, 1e6], got {v!r}")
-        self.compressor, self.beta, self.gamma = compressor, float(beta), float(gamma)
+        owner = type(self).__name__
+        self.compressor = compressor
+        self.beta, self.gamma = factor(owner, "beta", beta), factor(owner, "gamma", gamma)
         self.residuals: dict[str, np.ndarray] = {}
+        self._loaded: set[str] = set()  # loaded residuals not used yet
+        self._seen: set[str] = set()  # names used since the load
+
+    def _claim(self, name: str, size: int, dtype: np.dtype) -> None:
+        """Check loaded state at its first use: a residual that does not fit the tensor raises;
+        once a name comes round again (a new step), loaded names still unused are warned
+        about, once."""
+        if name in self._loaded:
+            self._loaded.discard(name)
+            for kind, store in (("residual", self.residuals),
+                                ("velocity", getattr(self, "velocities", {}))):
+                res = store.get(name)
+                if res is not None and (res.size != size or res.dtype != dtype):
+                    raise ValueError(
+                        f"{type(self).__name__}: the loaded {kind} of {name!r} is "
+                        f"{res.dtype}[{res.size}], the tensor needs {dtype}[{size}] "
+                        f"(float64 for float64 tensors, float32 otherwise); load a state "
+                        f"saved for this model")
+        elif name in self._seen and self._loaded:
+            warnings.warn(f"{type(self).__name__}: loaded residuals {sorted(self._loaded)} "
+                          f"match no tensor used since; they are kept but unused",
+                          RuntimeWarning, stacklevel=3)
+            self._loaded.clear()
+        self._seen.add(name)
+        if not self._loaded:
+            self._seen.clear()
 
     def compensate(self, x: Any, name: str, out: np.ndarray | None = None) -> Any:
         """gamma * x + beta * residual[name], in x's type.
@@ -56,6 +82,8 @@ class ErrorFeedback:
         reused from step to step by callers on the hot path (fresh memory costs page faults).
         """
         wide, info = _wide(x)
+        if self._loaded:
+            self._claim(name, wide.size, wide.dtype)
         res = self.residuals.get(name)
         if self.gamma != 1.0:
             wide = wide * wide.dtype.type(self.gamma)
@@ -84,7 +112,9 @@ class ErrorFeedback:
             np.subtract(wide, sent, out=res)  # reuses the residual's memory: no page faults
         # NaN/Inf went out with the payload (so the step can be skipped); keeping them would
         # poison every later step. One cheap reduction tells whether there are any.
-        if not np.isfinite(np.add.reduce(res)):  # an overflowing sum only costs the full test
+        with np.errstate(invalid="ignore", over="ignore"):  # inf + -inf in the sum
+            finite = np.isfinite(np.add.reduce(res))  # an overflowing sum costs the full test
+        if not finite:
             res[~np.isfinite(res)] = 0
         self.residuals[name] = res
 
@@ -97,6 +127,8 @@ class ErrorFeedback:
     def residual_for(self, name: str, n: int) -> np.ndarray:
         """The flat float32 residual of ``name`` for a fused kernel to update in place (zeros
         when there is none, or one of another size)."""
+        if self._loaded:
+            self._claim(name, n, np.dtype(np.float32))
         res = self.residuals.get(name)
         if res is None or res.size != n or res.dtype != np.float32 or \
                 not res.flags.c_contiguous or not res.flags.writeable:
@@ -117,15 +149,21 @@ class ErrorFeedback:
                 "residuals": {k: v.copy() for k, v in self.residuals.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.beta, self.gamma = float(state["beta"]), float(state["gamma"])
-        self.residuals = {k: np.asarray(v).reshape(-1).copy()
-                          for k, v in state["residuals"].items()}
+        """Restore :meth:`state_dict`, validated: a bad field raises ValueError or TypeError
+        naming it and leaves this object unchanged."""
+        owner = type(self).__name__
+        require(owner, state, ("beta", "gamma", "residuals"))
+        beta, gamma = factor(owner, "beta", state["beta"]), factor(owner, "gamma", state["gamma"])
+        residuals = arrays(owner, "residuals", state["residuals"])
+        self.beta, self.gamma, self.residuals = beta, gamma, residuals
+        self._loaded, self._seen = set(residuals), set()
 
 
 class NoErrorFeedback(ErrorFeedback):
     """Identity twin: no memory, compensate returns x itself."""
 
-    def compensate(self, x: Any, name: str) -> Any:
+    def compensate(self, x: Any, name: str, out: np.ndarray | None = None) -> Any:
+        """x itself: nothing is kept, so there is nothing to add (``out`` is not needed)."""
         return x
 
     def update(self, name: str, compensated: Any, payload: Payload) -> None:
@@ -134,6 +172,22 @@ class NoErrorFeedback(ErrorFeedback):
     def update_sent(self, name: str, compensated: Any, sent: Any) -> None:
         pass
 
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Validated like ErrorFeedback's; residuals in it are dropped with a warning (the
+        identity twin keeps none)."""
+        super().load_state_dict(state)
+        if self.residuals:
+            warnings.warn(f"NoErrorFeedback keeps no residuals: {sorted(self.residuals)} "
+                          f"dropped (load them into an ErrorFeedback to use them)",
+                          RuntimeWarning, stacklevel=2)
+        self.residuals, self._loaded = {}, set()
+
+
+def _momentum(v: Any) -> float:
+    if factor("DGCFeedback", "momentum", v, hi=1.0) == 1.0:
+        raise ValueError(f"DGCFeedback: momentum must be a number in [0, 1), got {v!r}")
+    return float(v)
+
 
 class DGCFeedback(ErrorFeedback):
     """DGC momentum correction: u = m u + g, v = v + u; send from v, then zero u and v where
@@ -141,15 +195,18 @@ class DGCFeedback(ErrorFeedback):
 
     def __init__(self, compressor: Compressor, momentum: float = 0.9) -> None:
         super().__init__(compressor)
-        if not (isinstance(momentum, int | float) and 0.0 <= momentum < 1.0):
-            raise ValueError(f"DGCFeedback: momentum must be in [0, 1), got {momentum!r}")
-        self.momentum = float(momentum)
+        self.momentum = _momentum(momentum)
         self.velocities: dict[str, np.ndarray] = {}
 
-    def compensate(self, x: Any, name: str) -> Any:
+    def compensate(self, x: Any, name: str, out: np.ndarray | None = None) -> Any:
+        """v + (m u + x), in x's type (``out`` is accepted like ErrorFeedback's, not used)."""
         wide, info = _wide(x)
+        if self._loaded:
+            self._claim(name, wide.size, wide.dtype)
         u = self.velocities.get(name)
-        u = wide if u is None or u.size != wide.size else u * u.dtype.type(self.momentum) + wide
+        # a copy, never x itself: update_sent zeroes the velocity in place
+        u = wide.copy() if u is None or u.size != wide.size else \
+            u * u.dtype.type(self.momentum) + wide
         self.velocities[name] = u
         v = self.residuals.get(name)
         return _narrow(u if v is None or v.size != u.size else v + u, info)
@@ -157,8 +214,14 @@ class DGCFeedback(ErrorFeedback):
     def update_sent(self, name: str, compensated: Any, sent: Any) -> None:
         super().update_sent(name, compensated, sent)
         mask = _wide(sent)[0] != 0
-        self.velocities[name][mask] = 0
+        u = self.velocities[name]
+        u[mask] = 0
         self.residuals[name][mask] = 0
+        # NaN/Inf an unsent coordinate kept (random-k) would stay in the velocity for good
+        with np.errstate(invalid="ignore", over="ignore"):
+            finite = np.isfinite(np.add.reduce(u))
+        if not finite:
+            u[~np.isfinite(u)] = 0
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
@@ -167,7 +230,9 @@ class DGCFeedback(ErrorFeedback):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        require("DGCFeedback", state, ("beta", "gamma", "residuals", "momentum", "velocities"))
+        momentum = _momentum(state["momentum"])
+        velocities = arrays("DGCFeedback", "velocities", state["velocities"])
         super().load_state_dict(state)
-        self.momentum = float(state["momentum"])
-        self.velocities = {k: np.asarray(v).reshape(-1).copy()
-                           for k, v in state["velocities"].items()}
+        self.momentum, self.velocities = momentum, velocities
+        self._loaded |= set(velocities)

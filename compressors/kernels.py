@@ -103,8 +103,15 @@ def select_above_feedback(x: np.ndarray, residual: np.ndarray,
     return _compcoll.select_above_feedback(x, residual, tau)
 
 
+def _aligned(a: np.ndarray) -> np.ndarray:
+    """a itself, or an aligned copy of a view at an odd byte offset (a received message's):
+    the kernels refuse misaligned arrays."""
+    return a if a.flags.aligned else np.require(a, requirements="CA")
+
+
 def gather(x: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """out[j] = x[idx[j]]; float32/float64 through the kernel, other dtypes through numpy."""
+    x, idx = _aligned(x), _aligned(idx)
     if x.dtype not in (np.float32, np.float64):
         if out is None:
             return x[idx]
@@ -118,6 +125,7 @@ def gather(x: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None) -> np.
 def scatter_dense(out: np.ndarray, idx: np.ndarray, vals: np.ndarray) -> None:
     """out = 0 except out[idx] = vals (the last of equal indices wins), in one pass over out
     where idx ascends. out: flat."""
+    idx, vals = _aligned(idx), _aligned(vals)
     if out.dtype in (np.float32, np.float64) and vals.dtype == out.dtype \
             and out.flags.c_contiguous:
         _compcoll.scatter_dense(out, idx, vals)
@@ -128,6 +136,7 @@ def scatter_dense(out: np.ndarray, idx: np.ndarray, vals: np.ndarray) -> None:
 
 def scatter(out: np.ndarray, idx: np.ndarray, vals: np.ndarray, accumulate: bool = False) -> None:
     """out[idx] = vals (or += in list order)."""
+    idx, vals = _aligned(idx), _aligned(vals)
     if out.dtype in (np.float32, np.float64) and vals.dtype == out.dtype:
         _compcoll.scatter(out, idx, vals, accumulate)
     elif accumulate:

@@ -49,7 +49,7 @@ class Uniform(Compressor):
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.bits not in (1, 2, 4, 8) or isinstance(self.bits, bool):
+        if type(self.bits) is not int or self.bits not in (1, 2, 4, 8):
             raise ValueError(f"Uniform: bits must be one of 1, 2, 4, 8, got {self.bits!r}")
         check_bucket(self)
         if not isinstance(self.stochastic, bool):

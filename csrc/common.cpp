@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -28,9 +29,26 @@ DType dtype_from_int(int code) {
   return static_cast<DType>(code);
 }
 
-void check_same_size(const HostArray& a, const HostArray& b, DType t, const char* what) {
+void throw_misaligned(size_t align, const char* what) {
+  throw std::invalid_argument(std::string(what) + ": the array's data is not aligned to " +
+                                std::to_string(align) + " bytes (a view at an odd byte offset); "
+                                "pass an aligned copy, e.g. numpy.require(a, requirements='A')");
+}
+
+AlignedView::AlignedView(const void* p, size_t nbytes, size_t align)
+    : orig_(const_cast<void*>(p)), ptr_(const_cast<void*>(p)), nbytes_(nbytes) {
+  if (nbytes == 0 || is_aligned(p, align)) return;
+  copy_.reset(new uint64_t[(nbytes + 7) / 8]);  // new[] of uint64_t: aligned for any kernel type
+  std::memcpy(copy_.get(), p, nbytes);
+  ptr_ = copy_.get();
+}
+
+void AlignedView::commit() {
+  if (copy_) std::memcpy(orig_, copy_.get(), nbytes_);
+}
+
+void check_same_size(size_t na, size_t nb_, DType t, const char* what) {
   size_t es = dtype_size(t);
-  size_t na = a.nbytes(), nb_ = b.nbytes();
   if (na != nb_ || na % es != 0)
     throw std::invalid_argument(std::string(what) + ": buffers of " + std::to_string(na) + " and " +
                                 std::to_string(nb_) + " bytes do not hold the same whole number of " +

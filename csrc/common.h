@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -17,6 +18,8 @@ namespace nb = nanobind;
 // Any C-contiguous host array; the logical element type travels separately as a DType code
 // because numpy has no bfloat16 (bf16 buffers arrive as their uint16 bit patterns).
 using HostArray = nb::ndarray<nb::c_contig, nb::device::cpu>;
+// The same for arrays a kernel only reads: read-only ones too (views of received bytes).
+using HostInput = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 
 enum class DType : int {
   f16 = 0, bf16 = 1, f32 = 2, f64 = 3, i8 = 4, u8 = 5, i32 = 6, i64 = 7,
@@ -51,6 +54,34 @@ uint16_t float_to_f16(float f);
 #endif
 
 DType dtype_from_int(int code);
-void check_same_size(const HostArray& a, const HostArray& b, DType t, const char* what);
+
+inline bool is_aligned(const void* p, size_t align) {
+  return reinterpret_cast<uintptr_t>(p) % align == 0;
+}
+// Kernels read arrays through typed pointers, and a load through a misaligned one (a numpy view
+// at an odd byte offset of a byte buffer) is undefined behaviour: they refuse such arrays.
+void throw_misaligned(size_t align, const char* what);
+template <class A>
+void require_aligned(const A& a, size_t align, const char* what) {
+  if (a.size() != 0 && !is_aligned(a.data(), align)) throw_misaligned(align, what);
+}
+
+// An aligned stand-in for raw memory that may sit at an odd byte offset: the memory itself when
+// it is aligned, else a copy; commit() writes a copy back (for outputs).
+class AlignedView {
+ public:
+  AlignedView(const void* p, size_t nbytes, size_t align);
+  AlignedView(const AlignedView&) = delete;
+  AlignedView& operator=(const AlignedView&) = delete;
+  void* get() const { return ptr_; }
+  void commit();  // only for a view of writable memory
+
+ private:
+  void* orig_;
+  void* ptr_;
+  size_t nbytes_;
+  std::unique_ptr<uint64_t[]> copy_;
+};
+void check_same_size(size_t na, size_t nb_, DType t, const char* what);
 
 }  // namespace compcoll

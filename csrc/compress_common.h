@@ -2,8 +2,10 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common.h"
@@ -58,18 +60,39 @@ inline size_t rng_run(uint64_t first, size_t want) {
 inline uint32_t abs_key(float x) { return float_to_bits(x) & 0x7fffffffu; }
 inline bool is_finite_bits(uint32_t b) { return (b & 0x7f800000u) != 0x7f800000u; }
 
-inline const float* f32_data(const HostArray& a, const char* what) {
+template <class A>
+inline const float* f32_data(const A& a, const char* what) {
   if (a.dtype() != nb::dtype<float>())
     throw std::invalid_argument(std::string(what) + ": expected a float32 array");
+  require_aligned(a, alignof(float), what);
   return static_cast<const float*>(a.data());
 }
 
-template <class T>
-inline T* typed_data(HostArray& a, size_t need, const char* what) {
+// The array's data as T* (const T* for a read-only HostInput), checked for dtype, size and
+// alignment.
+template <class T, class A>
+inline auto* typed_data(A& a, size_t need, const char* what) {
+  using P = std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(a.data())>>,
+                               const T*, T*>;
   if (a.dtype() != nb::dtype<T>() || a.size() != need)
     throw std::invalid_argument(std::string(what) + ": expected " + std::to_string(need) +
                                 " elements of the right dtype, got " + std::to_string(a.size()));
-  return static_cast<T*>(a.data());
+  require_aligned(a, alignof(T), what);
+  return static_cast<P>(a.data());
+}
+
+// A read-only input that may come straight from received bytes, at any offset: its data as
+// const T* when aligned, else an aligned copy kept alive in `keep` (kernels never see a
+// misaligned pointer). Checked for dtype and size as typed_data does.
+template <class T>
+inline const T* aligned_input(const HostInput& a, size_t need, const char* what,
+                              std::deque<AlignedView>& keep) {
+  if (a.dtype() != nb::dtype<T>() || a.size() != need)
+    throw std::invalid_argument(std::string(what) + ": expected " + std::to_string(need) +
+                                " elements of the right dtype, got " + std::to_string(a.size()));
+  if (need == 0 || is_aligned(a.data(), alignof(T))) return static_cast<const T*>(a.data());
+  keep.emplace_back(a.data(), need * sizeof(T), alignof(T));
+  return static_cast<const T*>(keep.back().get());
 }
 
 inline bool parallel_ok(int nt, size_t n) { return nt > 1 && n > kParallelGrain; }
@@ -206,5 +229,6 @@ void register_sign(nb::module_& m);
 void register_topk(nb::module_& m);
 void register_sparse(nb::module_& m);
 void register_unbiased(nb::module_& m);
+void register_checksum(nb::module_& m);
 
 }  // namespace compcoll

@@ -1,4 +1,5 @@
-// Compression kernels register here (quantize, sign packing, top-k, sparse scatter/gather).
+// Compression kernels register here (quantize, sign packing, top-k, sparse scatter/gather,
+// the payload checksum).
 #include "compress_common.h"
 
 namespace compcoll {
@@ -8,5 +9,6 @@ void register_compress(nb::module_& m) {
   register_topk(m);
   register_sparse(m);
   register_unbiased(m);
+  register_checksum(m);
 }
 }  // namespace compcoll

@@ -187,7 +187,7 @@ void check_bits_bucket(int bits, size_t bucket) {
 void register_quantize(nb::module_& m) {
   m.def(
       "quantize",
-      [](HostArray x, HostArray codes, HostArray mins, HostArray scales, int bits,
+      [](HostInput x, HostArray codes, HostArray mins, HostArray scales, int bits,
          size_t bucket, uint64_t seed, bool stochastic) {
         check_bits_bucket(bits, bucket);
         const float* xp = f32_data(x, "quantize");
@@ -209,7 +209,7 @@ void register_quantize(nb::module_& m) {
       "(encoded as code 0, to be sent separately).");
   m.def(
       "quantize_feedback",
-      [](HostArray x, HostArray res, HostArray res_out, HostArray codes, HostArray mins,
+      [](HostInput x, HostArray res, HostArray res_out, HostArray codes, HostArray mins,
          HostArray scales, int bits, size_t bucket, uint64_t seed, bool stochastic) {
         check_bits_bucket(bits, bucket);
         const float* xp = f32_data(x, "quantize_feedback");
@@ -235,12 +235,11 @@ void register_quantize(nb::module_& m) {
       "and counted in the return value.");
   m.def(
       "dequantize",
-      [](HostArray codes, HostArray mins, HostArray scales, HostArray out, int bits, size_t bucket,
+      [](HostInput codes, HostInput mins, HostInput scales, HostArray out, int bits, size_t bucket,
          bool accumulate) {
         check_bits_bucket(bits, bucket);
         size_t n = out.size(), nb = (n + bucket - 1) / bucket;
-        if (out.dtype() != nb::dtype<float>()) throw std::invalid_argument("dequantize: out must be float32");
-        auto* op = static_cast<float*>(out.data());
+        auto* op = typed_data<float>(out, n, "dequantize out");
         auto* cp = typed_data<uint8_t>(codes, packed_bytes(n, bits), "dequantize codes");
         auto* mp = typed_data<float>(mins, nb, "dequantize mins");
         auto* sp = typed_data<float>(scales, nb, "dequantize scales");

@@ -120,13 +120,17 @@ double sum_squares(const T* x, size_t n, Load load) {
 void register_reduce(nb::module_& m) {
   m.def(
       "reduce_into",
-      [](HostArray dst, HostArray src, int dtype, int op) {
+      [](HostArray dst, HostInput src, int dtype, int op) {
         DType t = dtype_from_int(dtype);
         if (op < 0 || op > 3) throw std::invalid_argument("reduce_into: unknown op code");
-        check_same_size(dst, src, t, "reduce_into");
+        check_same_size(dst.nbytes(), src.nbytes(), t, "reduce_into");
         size_t n = dst.nbytes() / dtype_size(t);
         nb::gil_scoped_release nogil;
-        reduce_raw(dst.data(), src.data(), n, t, static_cast<Op>(op));
+        // Views at odd byte offsets (received bytes) are reduced through aligned copies.
+        AlignedView d(dst.data(), n * dtype_size(t), dtype_size(t));
+        AlignedView s(src.data(), n * dtype_size(t), dtype_size(t));
+        reduce_raw(d.get(), s.get(), n, t, static_cast<Op>(op));
+        d.commit();
       },
       nb::arg("dst"), nb::arg("src"), nb::arg("dtype"), nb::arg("op"),
       "dst = dst (op) src elementwise; fp16/bf16 are combined in fp32 and rounded once.");
@@ -135,8 +139,10 @@ void register_reduce(nb::module_& m) {
       [](HostArray x, int dtype, double factor) {
         DType t = dtype_from_int(dtype);
         size_t n = x.nbytes() / dtype_size(t);
-        void* p = x.data();
         nb::gil_scoped_release nogil;
+        AlignedView view(x.data(), n * dtype_size(t), dtype_size(t));
+        void* p = view.get();
+        struct Commit { AlignedView& v; ~Commit() { v.commit(); } } commit{view};
         switch (t) {
           case DType::f16: return scale_half<f16_to_float, float_to_f16>(static_cast<uint16_t*>(p), n, factor);
           case DType::bf16: return scale_half<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(p), n, factor);
@@ -149,11 +155,12 @@ void register_reduce(nb::module_& m) {
       "x *= factor in place (fp32 arithmetic for fp16/bf16).");
   m.def(
       "sum_squares",
-      [](HostArray x, int dtype) {
+      [](HostInput x, int dtype) {
         DType t = dtype_from_int(dtype);
         size_t n = x.nbytes() / dtype_size(t);
-        const void* p = x.data();
         nb::gil_scoped_release nogil;
+        AlignedView view(x.data(), n * dtype_size(t), dtype_size(t));
+        const void* p = view.get();
         switch (t) {
           case DType::f16: return sum_squares(static_cast<const uint16_t*>(p), n, f16_to_float);
           case DType::bf16: return sum_squares(static_cast<const uint16_t*>(p), n, bf16_to_float);
@@ -166,30 +173,36 @@ void register_reduce(nb::module_& m) {
       "Sum of x*x over a contiguous array, accumulated in double (NaN/Inf propagate).");
   m.def(
       "half_to_float",
-      [](HostArray src, HostArray dst, int dtype) {
+      [](HostInput src, HostArray dst, int dtype) {
         DType t = dtype_from_int(dtype);
         size_t n = src.nbytes() / 2;
         if (dst.nbytes() != n * 4) throw std::invalid_argument("half_to_float: dst must hold n float32");
-        auto* s = static_cast<const uint16_t*>(src.data());
-        auto* d = static_cast<float*>(dst.data());
+        if (t != DType::f16 && t != DType::bf16)
+          throw std::invalid_argument("half_to_float: dtype must be float16 or bfloat16");
         nb::gil_scoped_release nogil;
+        AlignedView sv(src.data(), n * 2, 2), dv(dst.data(), n * 4, 4);
+        auto* s = static_cast<const uint16_t*>(sv.get());
+        auto* d = static_cast<float*>(dv.get());
         if (t == DType::f16) for (size_t i = 0; i < n; ++i) d[i] = f16_to_float(s[i]);
-        else if (t == DType::bf16) for (size_t i = 0; i < n; ++i) d[i] = bf16_to_float(s[i]);
-        else throw std::invalid_argument("half_to_float: dtype must be float16 or bfloat16");
+        else for (size_t i = 0; i < n; ++i) d[i] = bf16_to_float(s[i]);
+        dv.commit();
       },
       nb::arg("src"), nb::arg("dst"), nb::arg("dtype"), "Widen fp16/bf16 bit patterns to float32.");
   m.def(
       "float_to_half",
-      [](HostArray src, HostArray dst, int dtype) {
+      [](HostInput src, HostArray dst, int dtype) {
         DType t = dtype_from_int(dtype);
         size_t n = dst.nbytes() / 2;
         if (src.nbytes() != n * 4) throw std::invalid_argument("float_to_half: src must hold n float32");
-        auto* s = static_cast<const float*>(src.data());
-        auto* d = static_cast<uint16_t*>(dst.data());
+        if (t != DType::f16 && t != DType::bf16)
+          throw std::invalid_argument("float_to_half: dtype must be float16 or bfloat16");
         nb::gil_scoped_release nogil;
+        AlignedView sv(src.data(), n * 4, 4), dv(dst.data(), n * 2, 2);
+        auto* s = static_cast<const float*>(sv.get());
+        auto* d = static_cast<uint16_t*>(dv.get());
         if (t == DType::f16) for (size_t i = 0; i < n; ++i) d[i] = float_to_f16(s[i]);
-        else if (t == DType::bf16) for (size_t i = 0; i < n; ++i) d[i] = float_to_bf16(s[i]);
-        else throw std::invalid_argument("float_to_half: dtype must be float16 or bfloat16");
+        else for (size_t i = 0; i < n; ++i) d[i] = float_to_bf16(s[i]);
+        dv.commit();
       },
       nb::arg("src"), nb::arg("dst"), nb::arg("dtype"),
       "Round float32 to fp16/bf16 bit patterns (nearest, ties to even; NaN stays NaN).");

@@ -54,7 +54,7 @@ void check_bucket(size_t bucket) {
 void register_sign(nb::module_& m) {
   m.def(
       "sign_pack",
-      [](HostArray x, HostArray bits, HostArray scales, size_t bucket) {
+      [](HostInput x, HostArray bits, HostArray scales, size_t bucket) {
         check_bucket(bucket);
         const float* xp = f32_data(x, "sign_pack");
         size_t n = x.size();
@@ -67,13 +67,12 @@ void register_sign(nb::module_& m) {
       "Pack sign bits and per-bucket mean |x|; returns the count of non-finite inputs.");
   m.def(
       "sign_unpack",
-      [](HostArray bits, HostArray scales, HostArray out, size_t bucket) {
+      [](HostInput bits, HostInput scales, HostArray out, size_t bucket) {
         check_bucket(bucket);
-        if (out.dtype() != nb::dtype<float>()) throw std::invalid_argument("sign_unpack: out must be float32");
         size_t n = out.size();
+        auto* op = typed_data<float>(out, n, "sign_unpack out");
         auto* bp = typed_data<uint8_t>(bits, (n + 7) / 8, "sign_unpack bits");
         auto* sp = typed_data<float>(scales, (n + bucket - 1) / bucket, "sign_unpack scales");
-        auto* op = static_cast<float*>(out.data());
         nb::gil_scoped_release nogil;
         sign_unpack(bp, sp, n, bucket, op);
       },

@@ -173,13 +173,15 @@ void merge_dense_t(T* out, size_t n, const std::vector<const int64_t*>& idx,
   }
 }
 
-template <class F>
-void dispatch(const HostArray& vals, const HostArray& idx, const char* what, F&& f) {
+template <class V, class F>
+void dispatch(const V& vals, const HostInput& idx, const char* what, F&& f) {
   bool i32 = idx.dtype() == nb::dtype<int32_t>(), i64 = idx.dtype() == nb::dtype<int64_t>();
   bool f32 = vals.dtype() == nb::dtype<float>(), f64 = vals.dtype() == nb::dtype<double>();
   if (!(i32 || i64) || !(f32 || f64))
     throw std::invalid_argument(std::string(what) +
                                 ": values must be float32/float64 and indices int32/int64");
+  require_aligned(vals, f32 ? 4 : 8, what);
+  require_aligned(idx, i32 ? 4 : 8, what);
   if (f32 && i32) f(float(), int32_t());
   else if (f32) f(float(), int64_t());
   else if (i32) f(double(), int32_t());
@@ -188,11 +190,12 @@ void dispatch(const HostArray& vals, const HostArray& idx, const char* what, F&&
 
 // The typed pointers of a scatter's (out, idx, vals), checked, handed to f without the GIL.
 template <class F>
-void with_scatter_args(HostArray& out, const HostArray& idx, const HostArray& vals,
+void with_scatter_args(HostArray& out, const HostInput& idx, const HostInput& vals,
                        const char* what, F&& f) {
   if (out.dtype() != vals.dtype() || idx.size() != vals.size())
     throw std::invalid_argument(std::string(what) +
                                 ": vals must match out's dtype and idx's length");
+  require_aligned(vals, vals.itemsize(), what);
   dispatch(out, idx, what, [&](auto t, auto i) {
     using T = decltype(t);
     using I = decltype(i);
@@ -225,9 +228,10 @@ size_t merge_t(const int64_t* ia, const T* va, size_t na, const int64_t* ib, con
 void register_sparse(nb::module_& m) {
   m.def(
       "gather",
-      [](HostArray x, HostArray idx, HostArray out) {
+      [](HostInput x, HostInput idx, HostArray out) {
         if (x.dtype() != out.dtype() || idx.size() != out.size())
           throw std::invalid_argument("gather: out must match x's dtype and idx's length");
+        require_aligned(out, out.itemsize(), "gather out");
         dispatch(x, idx, "gather", [&](auto t, auto i) {
           using T = decltype(t);
           using I = decltype(i);
@@ -241,7 +245,7 @@ void register_sparse(nb::module_& m) {
       nb::arg("x"), nb::arg("idx"), nb::arg("out"), "out[j] = x[idx[j]] (bounds-checked).");
   m.def(
       "scatter",
-      [](HostArray out, HostArray idx, HostArray vals, bool accumulate) {
+      [](HostArray out, HostInput idx, HostInput vals, bool accumulate) {
         with_scatter_args(out, idx, vals, "scatter", [&](auto* op, const auto* ip, const auto* vp) {
           scatter_t(op, out.size(), ip, vp, idx.size(), accumulate);
         });
@@ -250,7 +254,7 @@ void register_sparse(nb::module_& m) {
       "out[idx[j]] = vals[j], or += when accumulate (in list order); bounds-checked.");
   m.def(
       "scatter_dense",
-      [](HostArray out, HostArray idx, HostArray vals) {
+      [](HostArray out, HostInput idx, HostInput vals) {
         with_scatter_args(out, idx, vals, "scatter_dense",
                           [&](auto* op, const auto* ip, const auto* vp) {
           scatter_dense_t(op, out.size(), ip, vp, idx.size());
@@ -264,23 +268,23 @@ void register_sparse(nb::module_& m) {
       [](HostArray out, nb::list idx, nb::list vals) {
         if (idx.size() != vals.size())
           throw std::invalid_argument("merge_dense: as many value arrays as index arrays");
-        std::vector<HostArray> ia, va;
+        std::vector<HostInput> ia, va;
         for (size_t s = 0; s < idx.size(); ++s) {
-          ia.push_back(nb::cast<HostArray>(idx[s]));
-          va.push_back(nb::cast<HostArray>(vals[s]));
+          ia.push_back(nb::cast<HostInput>(idx[s]));
+          va.push_back(nb::cast<HostInput>(vals[s]));
         }
+        std::deque<AlignedView> keep;  // aligned copies of sets received at odd offsets
         std::vector<const int64_t*> ip;
         std::vector<size_t> len;
         for (auto& a : ia) {
-          ip.push_back(static_cast<const int64_t*>(
-              typed_data<int64_t>(a, a.size(), "merge_dense indices")));
+          ip.push_back(aligned_input<int64_t>(a, a.size(), "merge_dense indices", keep));
           len.push_back(a.size());
         }
         auto run = [&](auto t) {
           using T = decltype(t);
           std::vector<const T*> vp;
           for (size_t s = 0; s < va.size(); ++s)
-            vp.push_back(typed_data<T>(va[s], len[s], "merge_dense values"));
+            vp.push_back(aligned_input<T>(va[s], len[s], "merge_dense values", keep));
           T* op = typed_data<T>(out, out.size(), "merge_dense out");
           nb::gil_scoped_release nogil;
           merge_dense_t<T>(op, out.size(), ip, vp, len);
@@ -294,20 +298,21 @@ void register_sparse(nb::module_& m) {
       "arrays of out's dtype), values of a shared index summed in list order.");
   m.def(
       "merge_sorted",
-      [](HostArray ia, HostArray va, HostArray ib, HostArray vb, HostArray io, HostArray vo) {
+      [](HostInput ia, HostInput va, HostInput ib, HostInput vb, HostArray io, HostArray vo) {
         const size_t na = ia.size(), nb = ib.size();
-        auto* pia = typed_data<int64_t>(ia, na, "merge_sorted a indices");
-        auto* pib = typed_data<int64_t>(ib, nb, "merge_sorted b indices");
+        std::deque<AlignedView> keep;  // aligned copies of inputs received at odd offsets
+        auto* pia = aligned_input<int64_t>(ia, na, "merge_sorted a indices", keep);
+        auto* pib = aligned_input<int64_t>(ib, nb, "merge_sorted b indices", keep);
         auto* pio = typed_data<int64_t>(io, na + nb, "merge_sorted out indices");
         if (va.dtype() == nb::dtype<float>()) {
-          auto* a = typed_data<float>(va, na, "merge_sorted a values");
-          auto* b = typed_data<float>(vb, nb, "merge_sorted b values");
+          auto* a = aligned_input<float>(va, na, "merge_sorted a values", keep);
+          auto* b = aligned_input<float>(vb, nb, "merge_sorted b values", keep);
           auto* o = typed_data<float>(vo, na + nb, "merge_sorted out values");
           nb::gil_scoped_release nogil;
           return merge_t<float>(pia, a, na, pib, b, nb, pio, o);
         }
-        auto* a = typed_data<double>(va, na, "merge_sorted a values");
-        auto* b = typed_data<double>(vb, nb, "merge_sorted b values");
+        auto* a = aligned_input<double>(va, na, "merge_sorted a values", keep);
+        auto* b = aligned_input<double>(vb, nb, "merge_sorted b values", keep);
         auto* o = typed_data<double>(vo, na + nb, "merge_sorted out values");
         nb::gil_scoped_release nogil;
         return merge_t<double>(pia, a, na, pib, b, nb, pio, o);

@@ -439,10 +439,13 @@ nb::tuple select_feedback_numpy(const float* x, float* res, size_t n, Select how
     select_feedback(x, res, n, how, k, seed, above, scratch);
     m = scratch.size;
     block = ::operator new(std::max<size_t>(m, 1) * (sizeof(int32_t) + sizeof(float)));
-    // indices < 2^31: int32, as payloads keep them
-    std::memcpy(block, scratch.idx.get(), m * sizeof(int32_t));
-    std::memcpy(static_cast<char*>(block) + m * sizeof(int32_t), scratch.val.get(),
-                m * sizeof(float));
+    // indices < 2^31: int32, as payloads keep them; nothing to copy (and the scratch may
+    // hold no memory at all) when nothing was selected
+    if (m) {
+      std::memcpy(block, scratch.idx.get(), m * sizeof(int32_t));
+      std::memcpy(static_cast<char*>(block) + m * sizeof(int32_t), scratch.val.get(),
+                  m * sizeof(float));
+    }
     if (scratch.cap > (size_t(1) << 22)) scratch = Kept();  // keep at most 32 MiB around
   }
   nb::capsule owner(block, [](void* q) noexcept { ::operator delete(q); });
@@ -464,7 +467,7 @@ float* residual_data(HostArray& res, size_t n, const char* what) {
 void register_topk(nb::module_& m) {
   m.def(
       "topk_indices",
-      [](HostArray x, size_t k) {
+      [](HostInput x, size_t k) {
         const float* xp = f32_data(x, "topk_indices");
         size_t n = x.size();
         std::vector<Index> out;
@@ -478,7 +481,7 @@ void register_topk(nb::module_& m) {
       "Ascending int64 indices of the k largest |x| (NaN > Inf > finite; ties -> lower index).");
   m.def(
       "topk_sampled_indices",
-      [](HostArray x, size_t k, uint64_t seed) {
+      [](HostInput x, size_t k, uint64_t seed) {
         const float* xp = f32_data(x, "topk_sampled_indices");
         size_t n = x.size();
         std::vector<Index> out;
@@ -493,7 +496,7 @@ void register_topk(nb::module_& m) {
       "most 2k).");
   m.def(
       "select_above",
-      [](HostArray x, float tau) {
+      [](HostInput x, float tau) {
         const float* xp = f32_data(x, "select_above");
         if (!(tau >= 0.0f) || !std::isfinite(tau))
           throw std::invalid_argument("select_above: tau must be finite and >= 0");
@@ -507,7 +510,7 @@ void register_topk(nb::module_& m) {
       nb::arg("x"), nb::arg("tau"), "Ascending indices with |x| > tau (non-finite always kept).");
   m.def(
       "topk_feedback",
-      [](HostArray x, HostArray res, size_t k, bool approximate, uint64_t seed) {
+      [](HostInput x, HostArray res, size_t k, bool approximate, uint64_t seed) {
         const float* xp = f32_data(x, "topk_feedback");
         const size_t n = x.size();
         float* rp = residual_data(res, n, "topk_feedback residual");
@@ -520,7 +523,7 @@ void register_topk(nb::module_& m) {
       "non-finite ones of residual are zeroed. One pass over x and residual; n < 2^31.");
   m.def(
       "select_above_feedback",
-      [](HostArray x, HostArray res, float tau) {
+      [](HostInput x, HostArray res, float tau) {
         const float* xp = f32_data(x, "select_above_feedback");
         const size_t n = x.size();
         float* rp = residual_data(res, n, "select_above_feedback residual");

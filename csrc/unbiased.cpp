@@ -137,8 +137,8 @@ void check_args(size_t bucket, int levels) {
 float* f32_out(HostArray& a, size_t n, const char* what) { return typed_data<float>(a, n, what); }
 
 // QSGD's codes: int8 while the levels fit, int16 beyond.
-template <class F>
-auto with_codes(HostArray& codes, size_t n, int levels, const char* what, F&& f) {
+template <class A, class F>
+auto with_codes(A& codes, size_t n, int levels, const char* what, F&& f) {
   if (levels <= 127) return f(typed_data<int8_t>(codes, n, what));
   return f(typed_data<int16_t>(codes, n, what));
 }
@@ -148,7 +148,7 @@ auto with_codes(HostArray& codes, size_t n, int levels, const char* what, F&& f)
 void register_unbiased(nb::module_& m) {
   m.def(
       "terngrad_encode",
-      [](HostArray x, HostArray codes, HostArray scales, size_t bucket, uint64_t seed) {
+      [](HostInput x, HostArray codes, HostArray scales, size_t bucket, uint64_t seed) {
         check_args(bucket, 1);
         const float* xp = f32_data(x, "terngrad_encode");
         const size_t n = x.size();
@@ -161,7 +161,7 @@ void register_unbiased(nb::module_& m) {
       "Ternary codes (2 bits each) and per-bucket max |x|; returns the count of non-finite inputs.");
   m.def(
       "terngrad_decode",
-      [](HostArray codes, HostArray scales, HostArray out, size_t bucket) {
+      [](HostInput codes, HostInput scales, HostArray out, size_t bucket) {
         check_args(bucket, 1);
         const size_t n = out.size();
         auto* op = f32_out(out, n, "terngrad_decode out");
@@ -174,7 +174,7 @@ void register_unbiased(nb::module_& m) {
       "out = {0, +s, -s} for codes {0, 1, 2}.");
   m.def(
       "qsgd_encode",
-      [](HostArray x, HostArray codes, HostArray norms, size_t bucket, int levels, uint64_t seed) {
+      [](HostInput x, HostArray codes, HostArray norms, size_t bucket, int levels, uint64_t seed) {
         check_args(bucket, levels);
         const float* xp = f32_data(x, "qsgd_encode");
         const size_t n = x.size();
@@ -190,7 +190,7 @@ void register_unbiased(nb::module_& m) {
       "norms; returns the count of non-finite inputs.");
   m.def(
       "qsgd_decode",
-      [](HostArray codes, HostArray norms, HostArray out, size_t bucket, int levels) {
+      [](HostInput codes, HostInput norms, HostArray out, size_t bucket, int levels) {
         check_args(bucket, levels);
         const size_t n = out.size();
         auto* op = f32_out(out, n, "qsgd_decode out");

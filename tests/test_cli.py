@@ -17,6 +17,23 @@ ALGOS = ["MPI_Allreduce", "ring", "tree", "recursive_doubling", "rabenseifner", 
 SMALL = ["-n", "2", "-w", "1"]
 
 
+def refused(*argv: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """Run ``compcoll argv`` in this process; it must refuse with exit code 2 and one line
+    ``compcoll: error: ...`` (returned), no traceback."""
+    from collectives.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse's own errors exit from the parser
+        code = exc.code
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2, f"exit code {code}, stderr: {err}"
+    assert len(lines) == 1 and lines[0].startswith("compcoll: error: "), err
+    return lines[0]
+
+
 def compcoll(*args: str, env: dict[str, str] | None = None, timeout: float = 40
              ) -> subprocess.CompletedProcess:
     """Run ``python -m collectives args`` in its own process group, killed whole on timeout."""
@@ -139,18 +156,15 @@ def test_model_json_picks_latency_algorithms_small_and_bandwidth_ones_large() ->
         assert priced["fp16"]["payload"] == 128 << 20
 
 
-def test_model_text_and_bad_arguments() -> None:
+def test_model_text_and_bad_arguments(capsys) -> None:
     res = compcoll("model", "--nodes", "8", "--params", "25.6M", "--dtype", "fp16",
                    "--compressor", "sign", "--compress-gbps", "5", timeout=30)
     assert res.returncode == 0, res.stderr
     assert "## 8 nodes: auto picks" in res.stdout and "51200000 B" in res.stdout
     assert "sign" in res.stdout and "crossovers:" in res.stdout
-    from collectives.cli import main
-
-    with pytest.raises(SystemExit, match="--nodes needs counts >= 2"):
-        main(["model", "--nodes", "1", "--gamma", "0"])
-    with pytest.raises(SystemExit, match="not a link rate"):
-        main(["model", "--link", "fast"])
+    assert "--nodes needs counts >= 2" in refused("model", "--nodes", "1", "--gamma", "0",
+                                                  capsys=capsys)
+    assert "not a link rate" in refused("model", "--link", "fast", capsys=capsys)
 
 
 def test_bench_compressors_runs_at_a_tiny_size(tmp_path: Path) -> None:
@@ -185,10 +199,97 @@ def test_model_compare_sets_predictions_beside_a_bench_run(tmp_path: Path) -> No
     assert res.returncode != 0 and "--nodes 4" in res.stderr
 
 
-def test_bench_train_refuses_bad_arguments_before_launching() -> None:
-    from collectives.cli import main
+def test_bench_train_refuses_bad_arguments_before_launching(capsys) -> None:
+    assert "--timeout must be > 0 seconds, got 0.0" in refused(
+        "bench", "train", "-np", "2", "--timeout", "0", capsys=capsys)
+    assert "need --steps >= 10" in refused("bench", "train", "-np", "2", "--steps", "3",
+                                           capsys=capsys)
 
-    with pytest.raises(SystemExit, match="--timeout must be > 0 seconds, got 0.0"):
-        main(["bench", "train", "-np", "2", "--timeout", "0"])
-    with pytest.raises(SystemExit, match="need --steps >= 10"):
-        main(["bench", "train", "-np", "2", "--steps", "3"])
+
+#: (arguments, words the one-line error must hold): every argument error of every subcommand
+#: is refused before any probe, timing or launch (small sizes keep a regression short).
+REFUSED = [
+    (["model", "--fitted"], "add -np N with N >= 2"),
+    (["model", "--fitted", "-np", "1"], "add -np N with N >= 2"),
+    (["model", "-np", "3"], "-np only applies with --fitted"),
+    (["model", "--compressor", "bogus"], "--compressor bogus: unknown compressor 'bogus'"),
+    (["model", "--compressor", "uniform:bits=99"], "bits must be one of"),
+    (["model", "--gamma", "-1"], "argument --gamma: must be >= 0, got -1"),
+    (["model", "--compress-gbps", "0"], "argument --compress-gbps: must be > 0"),
+    (["model", "--gamma", "0", "--json", "{missing}/x.json"], "does not exist"),
+    (["model", "--size", "0"], "--size must be at least 1"),
+    (["model", "--sweep", "1K,0"], "--sweep sizes must be at least 1 byte"),
+    (["model", "--compare", "{missing}/bench.json"], "not a bench allreduce JSON"),
+    (["bench", "allreduce", "-b", "1K", "-e", "1K", "--json", "{missing}/x.json"],
+     "does not exist"),
+    (["bench", "allreduce", "-b", "1K", "-e", "1K", "--csv", "{missing}/x.csv"], "--csv"),
+    (["bench", "allreduce", "-b", "1K", "-e", "1K", "--algo", ""], "names no algorithm"),
+    (["bench", "allreduce", "-b", "1K", "-e", "1K", "--algo", "torch"],
+     "needs a torch communicator"),
+    (["bench", "allreduce", "-b", "0"], "need 1 <= min bytes"),
+    (["bench", "allreduce", "-f", "1"], "-f must be >= 2"),
+    (["bench", "allreduce", "-n", "0"], "argument -n/--iters: must be >= 1"),
+    (["bench", "allreduce", "-np", "0"], "argument -np: must be >= 1"),
+    (["bench", "allreduce", "--scheme", "bogus"], "'bogus' is not a scheme"),
+    (["bench", "allreduce", "--compressor", "topk:ratio=5"], "ratio must be"),
+    (["bench", "allreduce", "-b", "1", "-e", "4", "--dtype", "float64"], "raise -e"),
+    (["bench", "allreduce", "--delay", "1ms"], "add --link RATE"),
+    (["bench", "allreduce", "--link", "1gbit"], "--link needs -np N with N >= 2"),
+    (["bench", "allreduce", "--link", "fast", "-np", "2"], "not a link rate"),
+    (["bench", "allreduce", "--bogus"], "unrecognized arguments: --bogus"),
+    (["bench", "compressed", "-s", "0"], "give at least 4 bytes"),
+    (["bench", "compressed", "-s", "1K", "--compressor", "bogus"], "unknown compressor"),
+    (["bench", "compressed", "-s", "1K", "--scheme", "dense", "--compressor", "topk:ratio=0.1"],
+     "scheme 'dense' cannot carry topk"),
+    (["bench", "compressed", "-s", "1K", "--json", "{missing}/x.json"], "does not exist"),
+    (["bench", "compressed", "-s", "1K", "-w", "-1"], "argument -w/--warmup: must be >= 0"),
+    (["bench", "train", "--model", "xyz"], "--model: unknown 'xyz'; choose from cnn"),
+    (["bench", "train", "--runs", ""], "--runs '' names nothing"),
+    (["bench", "train", "--runs", "ddp,zip"], "--runs: unknown 'zip'"),
+    (["bench", "train", "--batch", "0"], "argument --batch: must be >= 1"),
+    (["bench", "train", "--lr", "0"], "argument --lr: must be > 0"),
+    (["bench", "train", "--plan-link", "fast"], "--plan-link: 'fast' is not a link rate"),
+    (["bench", "train", "--scheme", "zip"], "'zip' is not a scheme"),
+    (["bench", "train", "--txt", "{missing}/x.txt"], "x.txt: directory"),
+    (["bench", "bogus"], "invalid choice: 'bogus'"),
+]
+
+
+@pytest.mark.parametrize("argv,words", REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
+def test_argument_errors_are_one_line_and_exit_2(argv: list[str], words: str, capsys,
+                                                 tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-dir")
+    assert words in refused(*(a.replace("{missing}", missing) for a in argv), capsys=capsys)
+
+
+def test_output_paths_are_checked_before_the_run(tmp_path: Path, capsys) -> None:
+    from collectives.cli import UsageError
+    from collectives.commands.checks import output_path
+
+    output_path(str(tmp_path / "new.json"), "--json")  # a new file in a writable directory
+    output_path("-", "--json", stdout=True)
+    assert "is a directory" in refused("model", "--gamma", "0", "--json", str(tmp_path),
+                                       capsys=capsys)
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.access(locked, os.W_OK):  # root writes anywhere: nothing to refuse
+        pytest.skip("running as root: every directory is writable")
+    with pytest.raises(UsageError, match="not writable"):
+        output_path(str(locked / "x.json"), "--json")
+
+
+def test_bench_compressors_refuses_bad_arguments() -> None:
+    res = compcoll("bench", "compressors", "--sizes", "0", "--specs", "none", timeout=60)
+    assert res.returncode == 2 and "integers >= 1" in res.stderr, res.stderr
+    res = compcoll("bench", "compressors", "--specs", "bogus", "--sizes", "4096", timeout=60)
+    assert res.returncode == 2 and "unknown compressor 'bogus'" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_model_compare_checks_the_rank_count_before_fitting(tmp_path: Path, capsys) -> None:
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"ranks": 4, "rows": [{"size": 1024, "algo": "ring",
+                                                      "time_us": 10.0}]}))
+    for nodes in (["--nodes", "8"], ["--fitted", "-np", "2"]):
+        line = refused("model", *nodes, "--compare", str(bench), capsys=capsys)
+        assert "the bench ran on 4 ranks" in line and "--fitted -np 4" in line

@@ -60,13 +60,13 @@ def test_cost_fit_takes_bandwidth_from_the_largest_probes(monkeypatch) -> None:
     8 ns/B: the fit must report the 8 ns/B, and the latency, not a line through both."""
     alpha, beta, burst = 50e-6, 8e-9, 250_000
 
-    def probe(comm, nbytes: int, reps: int) -> float:
+    def probe(comm, nbytes: int, reps: int, timeout: float | None = None) -> float:
         return alpha + max(nbytes - burst, 0) * beta + min(nbytes, burst) * 0.5e-9
 
     class Comm:
         size = 4
 
-        def allgather_ints(self, values, collective=""):
+        def allgather_ints(self, values, collective="", timeout=None):
             return np.stack([np.asarray(values)] * 4)
 
     monkeypatch.setattr(costmodel, "_probe_exchange", probe)
@@ -228,3 +228,53 @@ def test_merge_dense_refuses_unsorted_or_out_of_range_sets() -> None:
                                   [np.ones(len(bad), np.float32)])
     with pytest.raises(ValueError):
         _compcoll.merge_dense(out, [np.array([1], np.int64)], [np.ones(2, np.float32)])
+
+
+class _Table:
+    """A communicator stand-in whose allgather returns the rows the ranks would send."""
+
+    size = 3
+
+    def __init__(self, rows) -> None:
+        self.rows = rows
+        self.sent: list[np.ndarray] = []
+
+    def allgather_ints(self, values, collective="", timeout=None):
+        self.sent.append(np.asarray(values))
+        return np.stack([np.asarray(self.rows[0](values))] +
+                        [np.asarray(f(values)) for f in self.rows[1:]])
+
+
+def test_validation_message_has_one_layout_and_names_the_other_call() -> None:
+    from collectives import MismatchError, validation
+
+    same = _Table([lambda v: v] * 3)
+    table = validation.agree(same, "allgather", {"dtype": 2}, None, shared={"count": 7})
+    assert same.sent[0].shape == (validation.WIDTH,)
+    assert table.tolist() == [[2, 7]] * 3
+    other_call = np.zeros(validation.WIDTH, np.int64)
+    other_call[:4] = [validation.PATHS["compressed allreduce"], 2, 99, 98]
+    mixed = _Table([lambda v: v, lambda v: v, lambda v: other_call])
+    with pytest.raises(MismatchError, match="rank 2: compressed allreduce"):
+        validation.agree(mixed, "allreduce", {"element count": 10, "dtype": 2}, None)
+
+    def bumped(v):
+        v = np.array(v)
+        v[3] += 1
+        return v
+
+    differ = _Table([lambda v: v, bumped, lambda v: v])
+    with pytest.raises(MismatchError, match=r"disagree on dtype \(rank 0: 2, rank 1: 3"):
+        validation.agree(differ, "allreduce", {"element count": 10, "dtype": 2}, None)
+
+
+def test_feedback_for_another_compressor_is_refused_naming_both() -> None:
+    from compressors import DGCFeedback, ErrorFeedback, NoErrorFeedback, get
+
+    x = np.ones(16, np.float32)
+    for cls in (ErrorFeedback, NoErrorFeedback, DGCFeedback):
+        fb = cls(get("uniform:bits=4"))
+        with pytest.raises(ValueError, match=r"built for uniform.*compresses with topk"):
+            collectives.allreduce(x, compressor="topk:ratio=0.5", feedback=fb, name="w")
+        with pytest.raises(ValueError, match=r"built for uniform.*'bits': 4.*'bits': 8"):
+            collectives.allreduce(x, compressor="uniform:bits=8", feedback=fb, name="w")

@@ -27,11 +27,12 @@ from typing import Any
 from .. import as_communicator, costmodel, defaults, dtypes, emulate, ops
 from ..algorithms import REGISTRY
 from ..algorithms import get as get_algorithm
-from ..cli import command
+from ..cli import UsageError, command
 from . import bench_report as report
+from . import checks
 from . import emulate as emulated
 from .bench_case import BASELINE
-from .bench_compressor import NONE, check_specs, combos, split_specs, usage_error
+from .bench_compressor import NONE, check_specs, combos, split_specs
 from .bench_sweep import sweep
 from .benchlib import parse_size, size_sweep
 from .launch import LAUNCHER_VARS, relaunch, without_np
@@ -45,8 +46,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("64M"),
                    help="largest message, default 64M")
     p.add_argument("-f", "--stepfactor", type=int, default=2, help="size factor, default 2")
-    p.add_argument("-n", "--iters", type=int, default=20, help="timed calls per row (20)")
-    p.add_argument("-w", "--warmup", type=int, default=5, help="untimed calls first (5)")
+    p.add_argument("-n", "--iters", type=checks.positive_int, default=20,
+                   help="timed calls per row (20)")
+    p.add_argument("-w", "--warmup", type=checks.count_int, default=5,
+                   help="untimed calls first (5)")
     p.add_argument("-c", "--check", type=int, choices=(0, 1), default=1,
                    help="check results (1, default) or not (0). A compressed sum is not exact: "
                         "there #wrong counts elements whose bits differ from rank 0's result "
@@ -72,27 +75,55 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="PATH", help="write metadata and rows as JSON")
     p.add_argument("--csv", metavar="PATH", help="write the rows as CSV")
     p.add_argument("--plot", metavar="PATH", help="plot busbw against size (matplotlib)")
-    p.add_argument("-np", dest="np", type=int, metavar="N",
+    p.add_argument("-np", dest="np", type=checks.positive_int, metavar="N",
                    help="run on N ranks, re-launching under mpiexec if needed")
     emulated.add_link_arguments(p)
 
 
 def _algorithms(text: str) -> list[str]:
     names = [a.strip() for a in text.split(",") if a.strip()]
+    if not names:
+        raise UsageError(f"--algo {text!r} names no algorithm; choose from "
+                         f"{', '.join(DEFAULT_ALGOS)}")
     for name in names:
         if name != "auto":
             try:
                 get_algorithm(name)
             except ValueError as exc:
-                raise SystemExit(f"compcoll: {exc}") from None
+                raise UsageError(str(exc)) from None
     return names
 
 
 def _check_engine(names: list[str], engine: str) -> None:
     for name in names:
         if name in REGISTRY and not REGISTRY[name].ours and name != engine:
-            raise SystemExit(f"compcoll: --algo {name} needs a {name} communicator; bench "
-                             f"allreduce runs on {engine}")
+            raise UsageError(f"--algo {name} needs a {name} communicator; bench allreduce "
+                             f"runs on {engine}: use --algo {engine} for the engine's own")
+
+
+def _check(args: argparse.Namespace, dtype: dtypes.DType) -> tuple[str, list[int], list[str]]:
+    """(op, sizes, compressor specs) of the run; every argument that cannot work is refused
+    here, before any rank starts."""
+    try:
+        op = ops.check_op(args.op, dtype)
+        sizes = [s for s in size_sweep(args.minbytes, args.maxbytes, args.stepfactor)
+                 if s >= dtype.itemsize]
+        specs = split_specs(args.compressor)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if not sizes:
+        raise UsageError(f"no size in -b {args.minbytes} .. -e {args.maxbytes} holds one "
+                         f"{dtype.name} ({dtype.itemsize} B); raise -e")
+    checks.scheme(args.scheme)
+    for spec in specs:
+        checks.compressor(spec)
+    check_specs(specs, dtype, op, args.scheme)
+    _check_engine(_algorithms(args.algo), "mpi")  # the command runs on MPI_COMM_WORLD
+    for option in ("--json", "--csv", "--plot"):
+        checks.output_path(getattr(args, option[2:]), option)
+    if (args.delay or args.burst or args.mtu != 1500) and not args.link:
+        raise UsageError("--delay, --burst and --mtu shape an emulated link; add --link RATE")
+    return op, sizes, specs
 
 
 def _launched() -> bool:
@@ -124,31 +155,16 @@ def _progress(total: int, rank: int) -> Any:
          arguments=_arguments)
 def run(args: argparse.Namespace) -> int:
     dtype = dtypes.lookup(args.dtype)
-    try:
-        op = ops.check_op(args.op, dtype)
-        sizes = [s for s in size_sweep(args.minbytes, args.maxbytes, args.stepfactor)
-                 if s >= dtype.itemsize]
-    except ValueError as exc:
-        raise SystemExit(f"compcoll: {exc}") from None
-    try:
-        specs = split_specs(args.compressor)
-    except ValueError as exc:
-        usage_error(str(exc))
-    check_specs(specs, dtype, op, args.scheme)
+    op, sizes, specs = _check(args, dtype)
     names = [BASELINE, *_algorithms(args.algo)]
     pairs, skipped = combos(names, specs)
-    if args.iters < 1 or args.warmup < 0:
-        raise SystemExit("compcoll: need -n >= 1 and -w >= 0")
     if args.plot:
         report.require_matplotlib()
-    if (args.delay or args.burst or args.mtu != 1500) and not args.link:
-        raise SystemExit("compcoll: --delay, --burst and --mtu shape an emulated link; add "
-                         "--link RATE")
     if args.link and not emulated.inside():
         topo = emulated.topology(args)
         if _launched():
-            raise SystemExit("compcoll: --link starts its own ranks, one per namespace; run it "
-                             "without mpiexec")
+            raise UsageError("--link starts its own ranks, one per namespace; run it without "
+                             "mpiexec")
         return emulated.run_on_cluster(topo, args.argv)
     code = relaunch(args.np, args.argv)
     if code is not None:

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from .. import pricing
-from ..cli import command
+from ..cli import UsageError, command
+from . import checks
 from . import emulate as emulated
 from .benchlib import bus_bandwidth, parse_size, time_calls
 from .launch import relaunch
@@ -32,11 +33,33 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help=f"compressor spec, repeatable (default: {' '.join(DEFAULT)})")
     p.add_argument("--scheme", default="auto", help="scheme for every compressor (default auto)")
     p.add_argument("--no-feedback", action="store_true", help="compress without error feedback")
-    p.add_argument("-n", "--iters", type=int, default=5)
-    p.add_argument("-w", "--warmup", type=int, default=2)
-    p.add_argument("-np", type=int, dest="np", help="launch N ranks with mpiexec")
+    p.add_argument("-n", "--iters", type=checks.positive_int, default=5)
+    p.add_argument("-w", "--warmup", type=checks.count_int, default=2)
+    p.add_argument("-np", type=checks.positive_int, dest="np",
+                   help="launch N ranks with mpiexec")
     p.add_argument("--json", metavar="PATH")
     emulated.add_link_arguments(p)
+
+
+def _check(args: argparse.Namespace, specs: list[str]) -> None:
+    """Refuse, before any rank starts, every argument that cannot work."""
+    import compressors
+
+    from ..compressed import check_scheme
+
+    if args.size < 4:
+        raise UsageError(f"-s {args.size}: the buffer holds float32 values; give at least 4 "
+                         "bytes (e.g. -s 64M)")
+    checks.scheme(args.scheme)
+    for spec in specs:
+        checks.compressor(spec)
+        try:
+            check_scheme(args.scheme, compressors.get(spec))
+        except ValueError as exc:
+            raise UsageError(f"--compressor {spec}: {exc}") from None
+    checks.output_path(args.json, "--json")
+    if (args.delay or args.burst or args.mtu != 1500) and not args.link:
+        raise UsageError("--delay, --burst and --mtu shape an emulated link; add --link RATE")
 
 
 def _row(name: str, scheme: str, t: float, nbytes: int, p: int, t_mpi: float, **extra: Any
@@ -60,6 +83,7 @@ def _print(row: dict[str, Any]) -> None:
          help="compressed allreduce vs MPI_Allreduce: effective bandwidth, time split, bytes")
 def run(args: argparse.Namespace) -> int:
     specs = args.compressor or DEFAULT
+    _check(args, specs)
     if args.link and not emulated.inside():
         return emulated.run_on_cluster(emulated.topology(args), args.argv)
     code = relaunch(args.np, args.argv)

@@ -12,7 +12,6 @@ error per call can exceed 1; ``--no-feedback`` shows one call's compression erro
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
@@ -20,6 +19,7 @@ import numpy as np
 
 from .. import allreduce, dtypes
 from ..algorithms import REGISTRY
+from ..cli import UsageError
 from . import bench_data as data
 from .bench_case import BASELINE
 from .benchlib import Timing, time_calls
@@ -49,9 +49,8 @@ def split_specs(values: Iterable[str] | None) -> list[str]:
 
 
 def usage_error(message: str) -> NoReturn:
-    """Exit with status 2 (a usage error, as argparse's) after printing ``message``."""
-    print(f"compcoll: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    """Refuse the run: ``compcoll: error: message``, exit status 2 (as argparse's)."""
+    raise UsageError(message)
 
 
 def check_specs(specs: list[str], dtype: dtypes.DType, op: str, scheme: str) -> None:

@@ -22,11 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from ..cli import command
+from ..cli import UsageError, command
+from . import checks
 from . import emulate as emulated
 from . import train_report as report
 from .launch import LAUNCHER_VARS, relaunch, without_np
-from .train_models import task
+from .train_models import LM_SIZES, task
 from .train_runs import ONE_BUCKET, RUNS, init_gloo, payload_bytes
 
 
@@ -35,14 +36,20 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    "(lm-large has > 10M parameters: the bandwidth-bound case)")
     p.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated of {list(RUNS)}")
     p.add_argument("--steps", type=int, default=120, help="training steps per run (120)")
-    p.add_argument("--batch", type=int, default=16, help="samples per rank per step (16)")
-    p.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate (2e-3)")
+    p.add_argument("--batch", type=checks.positive_int, default=16,
+                   help="samples per rank per step (16)")
+    p.add_argument("--lr", type=checks.positive_float, default=2e-3,
+                   help="Adam learning rate (2e-3)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--bucket-mb", type=float, default=0.1, help="DDP bucket_cap_mb for every "
-                   "run (0.1: these small models get several buckets, as large ones do at 25)")
-    p.add_argument("--start-step", type=int, default=2, help="uncompressed steps first (2)")
-    p.add_argument("--every", type=int, default=50, help="auto: re-decide every N steps")
-    p.add_argument("--max-error", type=float, default=0.25, help="auto: error budget")
+    p.add_argument("--bucket-mb", type=checks.positive_float, default=0.1,
+                   help="DDP bucket_cap_mb for every run (0.1: these small models get several "
+                   "buckets, as large ones do at 25)")
+    p.add_argument("--start-step", type=checks.count_int, default=2,
+                   help="uncompressed steps first (2)")
+    p.add_argument("--every", type=checks.positive_int, default=50,
+                   help="auto: re-decide every N steps")
+    p.add_argument("--max-error", type=checks.positive_float, default=0.25,
+                   help="auto: error budget")
     p.add_argument("--plan-link", metavar="RATE", help="auto: price communication for a "
                    "RATE link (e.g. 1gbit) instead of the fitted one")
     p.add_argument("--scheme", default="auto", help="our hook's scheme for compressed groups "
@@ -56,9 +63,33 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--plot", metavar="PATH", help="PNG of the loss curves")
     p.add_argument("--txt", metavar="PATH", help="also write the table to PATH")
-    p.add_argument("-np", dest="np", type=int, metavar="N",
+    p.add_argument("-np", dest="np", type=checks.positive_int, metavar="N",
                    help="run on N ranks, re-launching under mpiexec if needed")
     emulated.add_link_arguments(p)
+
+
+def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """(models, runs); every argument that cannot work is refused here, before any rank
+    starts."""
+    from .. import emulate
+
+    models = checks.names(args.model, "--model", ["cnn", *LM_SIZES])
+    runs = checks.names(args.runs, "--runs", RUNS)
+    if args.steps < 10:
+        raise UsageError(f"need --steps >= 10 (the first steps are warm-up), got {args.steps}")
+    if not args.timeout > 0:
+        raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout}")
+    if args.plan_link:
+        try:
+            emulate.parse_rate(args.plan_link)
+        except ValueError as exc:
+            raise UsageError(f"--plan-link: {exc}") from None
+    checks.scheme(args.scheme)
+    for option in ("--json", "--plot", "--txt"):
+        checks.output_path(getattr(args, option[2:]), option)
+    if (args.delay or args.burst or args.mtu != 1500) and not args.link:
+        raise UsageError("--delay, --burst and --mtu shape an emulated link; add --link RATE")
+    return models, runs
 
 
 def _plan_cost(args: argparse.Namespace, comm: Any) -> Any:
@@ -158,17 +189,14 @@ def _max() -> Any:
 @command("bench train", help="train small models with PyTorch's DDP hooks and ours",
          arguments=_arguments)
 def run(args: argparse.Namespace) -> int:
-    models = [m.strip() for m in args.model.split(",") if m.strip()]
-    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
-    unknown = [r for r in runs if r not in RUNS]
-    if unknown or args.steps < 10 or args.batch < 1:
-        raise SystemExit(f"compcoll: unknown run(s) {unknown} (choose from {list(RUNS)})"
-                         if unknown else "compcoll: need --steps >= 10 and --batch >= 1")
-    if not args.timeout > 0:
-        raise SystemExit(f"compcoll: --timeout must be > 0 seconds, got {args.timeout}")
+    models, runs = _check(args)
+    if args.plot:
+        from .bench_report import require_matplotlib
+
+        require_matplotlib()
     if args.link and not emulated.inside():
         if any(v in __import__("os").environ for v in LAUNCHER_VARS):
-            raise SystemExit("compcoll: --link starts its own ranks; run it without mpiexec")
+            raise UsageError("--link starts its own ranks; run it without mpiexec")
         return emulated.run_on_cluster(emulated.topology(args), args.argv)
     code = relaunch(args.np, args.argv)
     if code is not None:

@@ -11,7 +11,8 @@ import sys
 from types import FrameType
 
 from .. import emulate
-from ..cli import command
+from ..cli import UsageError, command
+from . import checks
 from .launch import find_mpiexec, without_np
 
 NETEM_MISSING = ("--delay needs the kernel's netem qdisc (sch_netem), which this kernel ({}) "
@@ -95,13 +96,13 @@ def _explain(cmd: list[str], err: str) -> str:
 def topology(args: argparse.Namespace) -> emulate.Topology:
     """The topology asked for by ``--link``/``--delay``/``--burst`` and ``-np``."""
     if not args.np or args.np < 2:
-        raise SystemExit("compcoll: --link needs -np N with N >= 2 (one namespace per rank)")
+        raise UsageError("--link needs -np N with N >= 2 (one namespace per rank)")
     try:
         return emulate.Topology(args.np, emulate.parse_rate(args.link),
                                 emulate.parse_duration(args.delay) if args.delay else 0.0,
                                 args.burst, mtu=args.mtu)
     except ValueError as exc:
-        raise SystemExit(f"compcoll: {exc}") from None
+        raise UsageError(str(exc)) from None
 
 
 def inside() -> bool:
@@ -143,9 +144,9 @@ def add_link_arguments(p: argparse.ArgumentParser) -> None:
                         "(e.g. 1gbit), shaped with tc tbf both ways")
     g.add_argument("--delay", metavar="TIME",
                    help="one-way link delay (e.g. 50us); needs the kernel's netem qdisc")
-    g.add_argument("--burst", type=int, metavar="BYTES",
+    g.add_argument("--burst", type=checks.positive_int, metavar="BYTES",
                    help="tbf bucket size (default: 2 ms at the rate, at least 64 KiB)")
-    g.add_argument("--mtu", type=int, default=1500,
+    g.add_argument("--mtu", type=checks.positive_int, default=1500,
                    help="MTU of every link (default 1500; 9000 for jumbo frames)")
 
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..cli import UsageError
+
 # Set by process managers (Hydra/PMI, PMIx, Open MPI) in every rank they start.
 LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE")
 
@@ -43,14 +45,14 @@ def relaunch(nprocs: int | None, argv: list[str]) -> int | None:
     if nprocs is None:
         return None
     if nprocs < 1:
-        raise SystemExit(f"compcoll: -np must be >= 1, got {nprocs}")
+        raise UsageError(f"-np must be >= 1, got {nprocs}")
     from mpi4py import MPI
 
     size = MPI.COMM_WORLD.Get_size()
     if size > 1 or any(v in os.environ for v in LAUNCHER_VARS):
         if size != nprocs:
-            raise SystemExit(f"compcoll: -np {nprocs} asked, but this job already runs {size} "
-                             f"rank(s); drop -np or launch with mpiexec -n {nprocs}")
+            raise UsageError(f"-np {nprocs} asked, but this job already runs {size} rank(s); "
+                             f"drop -np or launch with mpiexec -n {nprocs}")
         return None
     if nprocs == 1:
         return None

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from typing import Any
 
 from .. import costmodel, defaults, emulate, forecast
-from ..cli import command
+from ..cli import UsageError, command
+from . import checks
 from .benchlib import bus_bandwidth, parse_size
-from .launch import relaunch
+from .launch import LAUNCHER_VARS, relaunch
 from .model_report import text
 
 COMPRESSORS = ["none", "fp16", "uniform:bits=8", "sign", "topk:ratio=0.01",
@@ -38,7 +40,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated node counts (default 16,256,4096; with --fitted: -np)")
     p.add_argument("--link", default="100gbit", help="link rate per node (default 100gbit)")
     p.add_argument("--latency", default="2us", help="latency per message, alpha (default 2us)")
-    p.add_argument("--gamma", type=float, metavar="S_PER_BYTE",
+    p.add_argument("--gamma", type=checks.nonneg_float, metavar="S_PER_BYTE",
                    help="reduction seconds per byte (default: the kernel timed here)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--size", type=parse_size, help="gradient bytes (K/M/G: powers of 1024)")
@@ -52,7 +54,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compressor", action="append", metavar="SPEC",
                    help=f"price this compressor (repeatable; default {' '.join(COMPRESSORS)}; "
                         "'--compressor none' alone prices only the dense case)")
-    p.add_argument("--compress-gbps", type=float, metavar="GBPS",
+    p.add_argument("--compress-gbps", type=checks.positive_float, metavar="GBPS",
                    help="encode and decode rate, GB/s of float32 input (default: each "
                         "compressor timed here on 1M floats)")
     p.add_argument("--fitted", action="store_true",
@@ -61,7 +63,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="set each algorithm's prediction beside the times of a 'bench allreduce "
                         "--json' file (its sizes; its rank count must be among the nodes)")
     p.add_argument("--json", metavar="PATH", help="write the forecast as JSON ('-': stdout)")
-    p.add_argument("-np", dest="np", type=int, metavar="N", help="ranks for --fitted")
+    p.add_argument("-np", dest="np", type=checks.positive_int, metavar="N",
+                   help="ranks for --fitted")
 
 
 def _params(args: argparse.Namespace) -> tuple[costmodel.CostParams, list[int], str]:
@@ -69,29 +72,64 @@ def _params(args: argparse.Namespace) -> tuple[costmodel.CostParams, list[int], 
         from .. import as_communicator
 
         comm = as_communicator(None)
+        if comm.size < 2:
+            raise UsageError("--fitted needs at least 2 ranks to fit alpha and beta; add -np N "
+                             "with N >= 2")
         c = costmodel.fit(comm)
         nodes = sorted({comm.size, *_nodes(args.nodes)}) if args.nodes != "16,256,4096" \
             else [comm.size]
         return c, nodes, f"fitted on {comm.size} ranks here"
-    try:
-        rate = emulate.parse_rate(args.link)
-        alpha = emulate.parse_duration(args.latency)
-    except ValueError as exc:
-        raise SystemExit(f"compcoll: {exc}") from None
+    rate, alpha = _link(args)
     gamma = args.gamma if args.gamma is not None else costmodel.measure_gamma()
     return (costmodel.CostParams(alpha, 8.0 / rate, gamma), _nodes(args.nodes),
             f"link {args.link}, latency {args.latency}")
+
+
+def _link(args: argparse.Namespace) -> tuple[float, float]:
+    """(bits per second, alpha seconds) of ``--link`` and ``--latency``."""
+    try:
+        return emulate.parse_rate(args.link), emulate.parse_duration(args.latency)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _nodes(text: str) -> list[int]:
     try:
         nodes = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise SystemExit(f"compcoll: --nodes wants integers like 16,256,4096, got {text!r}") \
-            from None
+        raise UsageError(f"--nodes wants integers like 16,256,4096, got {text!r}") from None
     if not nodes or min(nodes) < 2:
-        raise SystemExit(f"compcoll: --nodes needs counts >= 2, got {text!r}")
+        raise UsageError(f"--nodes needs counts >= 2, got {text!r}")
     return nodes
+
+
+def check(args: argparse.Namespace) -> None:
+    """Refuse, before anything is probed or timed, every argument that cannot work."""
+    if args.np is not None and not args.fitted:
+        raise UsageError("-np only applies with --fitted (a forecast runs nowhere)")
+    if args.fitted and (args.np or 1) < 2 and not any(v in os.environ for v in LAUNCHER_VARS):
+        raise UsageError("--fitted fits alpha and beta on this machine's ranks; add -np N "
+                         "with N >= 2")
+    if not args.fitted or args.nodes != "16,256,4096":
+        _nodes(args.nodes)
+    if not args.fitted:
+        _link(args)
+    for option, value in (("--size", args.size), ("--params", args.params),
+                          ("--segment", args.segment)):
+        if value is not None and value < 1:
+            raise UsageError(f"{option} must be at least 1, got {value}")
+    for spec in args.compressor or ():
+        checks.compressor(spec)
+    _sweep(args.sweep)
+    bench = _load_bench(args.compare)
+    if bench is not None and not (args.fitted and args.np is None):  # else: after the fit
+        custom = not args.fitted or args.nodes != "16,256,4096"
+        nodes = {*(_nodes(args.nodes) if custom else ()), *([args.np] if args.fitted else [])}
+        if bench["ranks"] not in nodes:
+            raise UsageError(f"--compare: the bench ran on {bench['ranks']} ranks; forecast "
+                             f"them too (--nodes {bench['ranks']}, or --fitted -np "
+                             f"{bench['ranks']})")
+    checks.output_path(args.json, "--json", stdout=True)
 
 
 def build(args: argparse.Namespace) -> dict[str, Any]:
@@ -137,10 +175,10 @@ def _load_bench(path: str | None) -> dict[str, Any] | None:
     try:
         with open(path) as f:
             bench = json.load(f)
-        bench["ranks"], bench["rows"]  # noqa: B018  (both keys must be there)
-    except (OSError, ValueError, KeyError) as exc:
-        raise SystemExit(f"compcoll: --compare {path}: not a bench allreduce JSON ({exc})") \
-            from None
+        {(r["size"], r["algo"], r["time_us"]) for r in bench["rows"]} | {bench["ranks"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"--compare {path}: not a bench allreduce JSON ({exc}); give the "
+                         "file 'compcoll bench allreduce --json' wrote") from None
     return bench
 
 
@@ -149,7 +187,7 @@ def compare(doc: dict[str, Any], bench: dict[str, Any]) -> list[dict[str, Any]]:
     p = bench["ranks"]
     block = next((b for b in doc["nodes"] if b["nodes"] == p), None)
     if block is None:
-        raise SystemExit(f"compcoll: --compare: the bench ran on {p} ranks; forecast them too "
+        raise UsageError(f"--compare: the bench ran on {p} ranks; forecast them too "
                          f"(--nodes {p}, or --fitted -np {p})")
     predicted = {r["size"]: r["time_us"] for r in block["sweep"]}
     rows = []
@@ -165,20 +203,22 @@ def compare(doc: dict[str, Any], bench: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _sweep(text: str | None) -> list[int]:
     try:
-        return [parse_size(x) for x in (text or "").split(",") if x.strip()]
+        sizes = [parse_size(x) for x in (text or "").split(",") if x.strip()]
     except argparse.ArgumentTypeError as exc:
-        raise SystemExit(f"compcoll: --sweep: {exc}") from None
+        raise UsageError(f"--sweep: {exc}") from None
+    if 0 in sizes:
+        raise UsageError(f"--sweep sizes must be at least 1 byte, got {text!r}")
+    return sizes
 
 
 @command("model", help="forecast allreduce and compressor times on a cluster from the cost "
          "model", arguments=_arguments)
 def run(args: argparse.Namespace) -> int:
+    check(args)
     if args.fitted:
         code = relaunch(args.np, args.argv)
         if code is not None:
             return code
-    elif args.np:
-        raise SystemExit("compcoll: -np only applies with --fitted (a forecast runs nowhere)")
     doc = build(args)
     if args.fitted:
         from mpi4py import MPI

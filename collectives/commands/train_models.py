@@ -146,4 +146,4 @@ def task(name: str, seed: int) -> Task:
         return digits(seed)
     if name in LM_SIZES:
         return language(name, seed)
-    raise SystemExit(f"compcoll: unknown model {name!r}; choose cnn, lm or lm-large")
+    raise ValueError(f"unknown model {name!r}; choose cnn, lm or lm-large")

@@ -11,10 +11,11 @@ from compressors import ErrorFeedback
 
 from .. import buffers, costmodel, ops
 from ..config import defaults
-from ..errors import MismatchError
 from ..progress import Handle
 from ..transport.base import Communicator
-from . import SCHEMES, candidates, check_scheme, compressor_digest, make_ctx, resolve_compressor
+from ..validation import agree
+from . import SCHEMES, candidates, check_scheme, make_ctx, resolve_compressor
+from .checks import check_algorithms, check_feedback, fields
 from .select import choose
 
 
@@ -35,6 +36,10 @@ def _store(result: np.ndarray, work: np.ndarray, dtype: Any) -> None:
         np.copyto(work, result, casting="same_kind")
 
 
+def _writeable(source: np.ndarray | None) -> bool:
+    return source is None or bool(source.flags.writeable)
+
+
 def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedback: Any,
                           scheme: str, op: str, out: Any, name: str | None, step: int,
                           algorithm: str, sparse_algorithm: str, k: int | None,
@@ -47,6 +52,8 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
     if feedback is not None and not name:
         raise ValueError("pass name=: error feedback keeps one residual per tensor name")
     check_scheme(scheme, comp)
+    check_feedback(feedback, comp)
+    check_algorithms(algorithm, sparse_algorithm, k)
     shape = buffers.shape_of(buf)
     # Out of place, every scheme reads its whole input before writing the sum: the input is
     # read where it is, and the caller's output buffer is the working array (no copy).
@@ -59,23 +66,17 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
         raise ValueError(f"compressed allreduce sums (op='sum' or 'avg'), got op={op!r}")
     schemes = candidates(comp)
     if defaults.validate if validate is None else validate:
-        fields = {"element count": prepared.work.size, "dtype": dtype.code,
-                  "op": ops.SUPPORTED_OPS.index(op),
-                  "scheme": -1 if scheme == "auto" else list(SCHEMES).index(scheme),
-                  "compressor and its parameters": compressor_digest(comp),
-                  "error feedback on/off": int(feedback is not None)}
-        table = c.allgather_ints(list(fields.values()), collective="compressed allreduce "
-                                 "(validation)", timeout=timeout)
-        for j, what in enumerate(fields):
-            if (table[:, j] != table[0, j]).any():
-                raise MismatchError(f"compressed allreduce: ranks disagree on {what} "
-                                    f"({table[:, j].tolist()}); every rank must pass the same")
+        agree(c, "compressed allreduce", fields(comp, feedback, scheme, op, algorithm,
+                                                sparse_algorithm, k, name, step,
+                                                prepared.work.size, dtype), timeout)
     if "auto" in (scheme, algorithm, sparse_algorithm):
-        costmodel.params(c)  # fit now, collectively, not midway through the steps
+        costmodel.params(c, timeout=timeout)  # fit now, collectively, not midway through
     if scheme == "auto":
         scheme = choose(c, comp, prepared.work.size, dtype.itemsize, schemes)
-    if op == "avg" and dtype.itemsize == 2:
-        prepared.load()  # the input is scaled in place first
+    if (op == "avg" and dtype.itemsize == 2) or not _writeable(prepared.source):
+        # the input is scaled in place first; a read-only input is copied once because the
+        # kernels take writable arrays
+        prepared.load()
     ops.prescale(prepared.work, dtype, op, c.size)  # fp16/bf16 average: divide first
     source = prepared.source if prepared.source is not None else prepared.work
     ctx = make_ctx(c, c.next_tag(), comp, feedback, name or "buffer", step,

@@ -12,6 +12,11 @@ residuals are reset to zero (they are per-rank memories with no meaning on a ran
 not make them) and everything else is kept: the step, the decisions, the warm starts (Q is
 the allreduced factor, identical on every rank).
 
+Loading validates every field first: a bad dict raises ValueError or TypeError naming the
+field and changes nothing. Residuals that do not fit the bound model's parameters raise;
+those of parameters the model does not have are left out with a warning, and so is a PowerSGD
+warm start holding NaN/Inf (that tensor starts again from the seeded Q).
+
 Exactness: a resumed run repeats the uninterrupted one bit for bit when the parameters are
 fused into the same groups as before. Fused members are ordered by the model (reverse
 registration order), not by the bucket, but DDP's first iteration after a restart uses its
@@ -22,11 +27,15 @@ and elementwise compressors (PowerSGD, fp16, none) and models in one bucket resu
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 VERSION = 1
+KEYS = ("version", "step", "world_size", "rank", "policy", "residuals", "owner_residuals",
+        "owner_layout", "powersgd_q")
 
 
 def state_dict(st: Any) -> dict[str, Any]:
@@ -44,8 +53,8 @@ def state_dict(st: Any) -> dict[str, Any]:
             own = fb.residuals.get(f"{g.name}@owner")
             if own is not None:
                 owners[f"{g.spec}|{g.name}"] = own.copy()
-    warm = {spec: {k: np.array(v) for k, v in comp._warm.items()}
-            for spec, comp in st._comps.items() if getattr(comp, "_warm", None)}
+    warm = {spec: comp.warm_state() for spec, comp in st._comps.items()
+            if getattr(comp, "_warm", None)}
     return {"version": VERSION, "step": st.step, "world_size": comm.size, "rank": comm.rank,
             "policy": st.policy.state_dict(), "residuals": per_param,
             "owner_residuals": owners, "owner_layout": _owner_layout(comm),
@@ -62,30 +71,108 @@ def _owner_layout(comm: Any) -> list[int]:
             int(comm.matches_by_tag)]
 
 
-def load_state_dict(st: Any, state: Any) -> None:
+def _int(key: str, v: Any, lo: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < lo:
+        raise ValueError(f"CompressionState state_dict: {key} must be an integer >= {lo}, "
+                         f"got {v!r}")
+    return int(v)
+
+
+def _arrays(key: str, value: Any) -> dict[str, np.ndarray]:
+    """name -> finite float32/float64 array (flat copies), as state_dict saves them."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"CompressionState state_dict: {key} must be a dict of name -> array, "
+                        f"got {type(value).__name__}")
+    out = {}
+    for name, v in value.items():
+        arr = np.asarray(v)
+        if not isinstance(name, str) or arr.dtype not in (np.float32, np.float64) or \
+                not np.isfinite(arr).all():
+            raise ValueError(f"CompressionState state_dict: {key}[{name!r}] must be a finite "
+                             f"float32/float64 array under a str name, got "
+                             f"{arr.dtype}{list(arr.shape)}")
+        out[name] = arr.reshape(-1).copy()
+    return out
+
+
+def _mine(st: Any, state: Any) -> tuple[Mapping[str, Any], bool]:
+    """This rank's dict, and whether it was saved by this rank at this world size."""
     comm = st.communicator()
     if isinstance(state, list | tuple):
+        if not state:
+            raise ValueError("CompressionState state_dict: an empty list; expected this rank's "
+                             "dict or a list of every rank's")
         same = len(state) == comm.size
         mine = state[comm.rank] if same else state[0]
     else:
         mine = state
-        same = mine.get("world_size") == comm.size and mine.get("rank") == comm.rank
-    if not isinstance(mine, dict) or mine.get("version") != VERSION:
+        same = isinstance(mine, Mapping) and mine.get("world_size") == comm.size and \
+            mine.get("rank") == comm.rank
+    if not isinstance(mine, Mapping) or mine.get("version") != VERSION:
         raise ValueError(f"not a CompressionState state_dict of version {VERSION}")
-    st.step = st.current = int(mine["step"])
-    st.policy.load_state_dict(mine["policy"])
+    missing = [k for k in KEYS if k not in mine]
+    if missing:
+        raise ValueError(f"CompressionState state_dict: missing {missing}")
+    return mine, same
+
+
+def check_pool(st: Any, pool: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per-parameter residuals against the bound model: a piece of another size raises, names
+    of no parameter are warned about and left out (they would never be used)."""
+    if not st._layers:
+        return pool  # not bound yet: bind() checks
+    wrong = [(k, v.size, st._layers[k].numel) for k, v in pool.items()
+             if k in st._layers and v.size != st._layers[k].numel]
+    if wrong:
+        raise ValueError(f"CompressionState: saved residuals do not fit the model's parameters "
+                         f"(name, saved, parameter): {wrong}; load a state saved for this model")
+    unknown = sorted(set(pool) - set(st._layers))
+    if unknown:
+        warnings.warn(f"CompressionState: saved residuals {unknown} match no parameter of the "
+                      f"model (renamed or removed?); they are not used", RuntimeWarning,
+                      stacklevel=3)
+    return {k: v for k, v in pool.items() if k in st._layers}
+
+
+def load_state_dict(st: Any, state: Any) -> None:
+    """Validate everything, then restore (a bad dict raises and changes nothing)."""
+    comm = st.communicator()
+    mine, same = _mine(st, state)
+    step = _int("step", mine["step"], 0)
+    _int("world_size", mine["world_size"], 1)
+    _int("rank", mine["rank"], 0)
+    pool = _arrays("residuals", mine["residuals"])
+    pool = check_pool(st, pool) if same else {}
+    owners = _arrays("owner_residuals", mine["owner_residuals"])
+    if any("|" not in k for k in owners):
+        raise ValueError("CompressionState state_dict: owner_residuals keys must be 'spec|name'")
+    warm = mine["powersgd_q"]
+    if not isinstance(warm, Mapping) or not all(
+            isinstance(spec, str) and hasattr(st.compressor(spec), "load_warm_state")
+            for spec in warm):
+        raise ValueError(f"CompressionState state_dict: powersgd_q must map PowerSGD specs to "
+                         f"warm starts, got {warm!r:.200}")
+    layout = mine["owner_layout"]
+    if not isinstance(layout, list | tuple) or not all(
+            isinstance(v, int | np.integer) and not isinstance(v, bool) for v in layout):
+        raise ValueError(f"CompressionState state_dict: owner_layout must be a list of "
+                         f"integers, got {layout!r:.200}")
+    if not isinstance(mine["policy"], Mapping):
+        raise TypeError(f"CompressionState state_dict: policy must be a dict, "
+                        f"got {type(mine['policy']).__name__}")
+    for spec, qs in warm.items():
+        st.compressor(spec).load_warm_state(qs)
+    st.policy.load_state_dict(dict(mine["policy"]))
+    st.step = st.current = step
     st.version += 1
     st._groups.clear()
     for fb in st._feedback.values():
         fb.residuals.clear()
-    st._pool = {k: np.array(v).reshape(-1) for k, v in mine["residuals"].items()} \
-        if same else {}
+    st._pool = pool
     # Owner-side residuals list the owned elements segment by segment: restored only where
     # the segments are cut the same way (same settings), else they start from zero.
-    if same and st.error_feedback and list(mine.get("owner_layout", [])) == _owner_layout(comm):
-        for key, res in mine["owner_residuals"].items():
+    if same and st.error_feedback and [int(v) for v in layout] == _owner_layout(comm):
+        for key, res in owners.items():
             spec, _, name = key.partition("|")
-            st.feedback(spec).residuals[f"{name}@owner"] = np.array(res)
-    for spec, warm in mine["powersgd_q"].items():
-        st.compressor(spec)._warm.update({k: np.array(v) for k, v in warm.items()})
+            st.feedback(spec).residuals[f"{name}@owner"] = res
     st.residuals_restored = same

@@ -24,7 +24,10 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
     Contract (PyTorch's ``hook(state, bucket) -> torch.futures.Future[torch.Tensor]``): the
     future's value is the bucket's own flat tensor, overwritten in place with the average of
     every rank's gradients. With the ``none`` compressor the result equals DDP without a hook
-    (bit for bit on a process group: uncompressed groups use the engine's own allreduce).
+    up to the order of the additions: bit for bit on 2 ranks and in warm-up steps (the
+    engine's own allreduce over the bucket's own buffer, as DDP); on more ranks, where fused
+    copies, another engine or our algorithms add in another order, within
+    (p - 1) * eps * sum_r |g_r / p| of DDP per element.
     Parameters of the bucket that the policy gives the same compressor are fused into one
     buffer and one collective; each collective is
     started here, in the order DDP calls the hooks (the same on every rank), and completed on
@@ -50,8 +53,8 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
                               "start": t0}
     parts: list[tuple[Any, Any, Any, dict]] = []
     # Divide first, as DDP does: the sum of averages cannot overflow fp16/bf16, and with the
-    # engine's own allreduce the "none" path is DDP's average bit for bit (DDP multiplies by
-    # the reciprocal, so we do too: x * (1/3) and x / 3 round differently).
+    # engine's own allreduce over the same buffer the "none" path is DDP's average bit for bit
+    # (DDP multiplies by the reciprocal, so we do too: x * (1/3) and x / 3 round differently).
     buf.mul_(1.0 / comm.size)
     if step < state.start_step:  # warm-up: plain average, no compression
         plain = partial(api.iallreduce, buf, op="sum", comm=comm, out=buf,

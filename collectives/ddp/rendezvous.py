@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 from datetime import timedelta
 from typing import Any
 
@@ -25,8 +26,8 @@ def init_from_mpi(comm: Any, backend: str = "gloo", *, host: str = "127.0.0.1",
 
     if dist.is_initialized():
         return
-    if not timeout > 0:
-        raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout must be > 0 seconds (a finite number), got {timeout!r}")
     wait = timedelta(seconds=timeout)
     if backend == "gloo" and _loopback(host):
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")

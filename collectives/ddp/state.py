@@ -7,6 +7,7 @@ from typing import Any
 
 import compressors
 
+from ..config import check_timeout
 from ..policy import Layer, Policy, as_policy, layer_of, model_layers
 from . import checkpoint
 from . import groups as grouping
@@ -32,10 +33,9 @@ class CompressionState:
                  algorithm: str = "auto", plain: str | None = None) -> None:
         if not isinstance(error_feedback, bool):
             raise ValueError(f"error_feedback must be True or False, got {error_feedback!r}")
-        if not (isinstance(start_step, int) and start_step >= 0):
+        if isinstance(start_step, bool) or not (isinstance(start_step, int) and start_step >= 0):
             raise ValueError(f"start_step must be an integer >= 0, got {start_step!r}")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        check_timeout(timeout)  # a positive finite number of seconds, or None (the default)
         self.process_group, self.comm_arg = process_group, comm
         self.policy: Policy = as_policy(policy)
         self.error_feedback, self.start_step = error_feedback, start_step
@@ -66,6 +66,8 @@ class CompressionState:
         self._layers = {name: layer for name, (_, layer) in found.items()}
         self._order = {name: i for i, name in enumerate(found)}
         self.policy.bind(list(self._layers.values()))
+        if self._pool:  # residuals loaded before the model was known
+            self._pool = checkpoint.check_pool(self, self._pool)
         return self
 
     # -- what the hook uses -------------------------------------------------------------

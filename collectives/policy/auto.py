@@ -14,8 +14,14 @@ norm between consecutive windows of ``window`` steps above ``threshold``.
 
 The budget bounds the total relative error of the step, sqrt(sum_l w_l r_l^2) <= max_error,
 with w_l the layer's share of the squared gradient norm and r_l its relative error. Every
-rank reaches the same decision: measurements are combined across ranks before deciding and
-the regime signal uses the averaged gradient, which is identical on every rank.
+rank reaches the same decision: measurements are combined across ranks before deciding, the
+regime signal uses the averaged gradient, which is identical on every rank, and rank 0's plan
+is taken by all (``plan.agreed``).
+
+Timing noise does not flip decisions: a candidate of more error is taken only when predicted
+faster by ``margin`` (10%) and ``min_gain``, over a plan of less error and over the standing
+decision when deciding again (hysteresis); and the identity twin is never priced above a
+compressor for the work they share (``plain_first``: it does no coding).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from . import latency as latencies
 from . import plan
 from .base import Policy, canonical, short
 from .layers import Layer
-from .profile import PER_CANDIDATE, Profiler, combine
+from .profile import PER_CANDIDATE, Profiler, combine, plain_first
 
 DEFAULT_CANDIDATES = ("none", "fp16", "uniform:bits=8", "uniform:bits=4", "topk:ratio=0.01")
 
@@ -55,6 +61,10 @@ class AutoConfig:
     #: every option of lower error by more than this to be considered (on a tie the lower
     #: error wins), and regrouping a bucket must save more than this.
     min_gain: float = 2e-6
+    #: The share of the time a candidate of more error must save to be taken (over a plan of
+    #: less error, and over the last decision when deciding again): timing on shared cores
+    #: varies by tens of percent from run to run, and a smaller gain would flip decisions.
+    margin: float = 0.1
     #: Layers smaller than this are sent uncompressed: they cannot save bandwidth worth the
     #: error (biases, norm scales), whatever a few microseconds of timing noise suggest.
     min_numel: int = 0
@@ -78,6 +88,8 @@ class AutoConfig:
             raise ValueError(f"first must be an integer >= 0, got {self.first!r}")
         if not self.min_gain >= 0:
             raise ValueError(f"min_gain must be >= 0 seconds, got {self.min_gain}")
+        if not 0 <= self.margin < 1:
+            raise ValueError(f"margin must be a share in [0, 1), got {self.margin}")
         if not self.threshold > 0:
             raise ValueError(f"threshold must be > 0, got {self.threshold}")
 
@@ -175,7 +187,7 @@ class AutoPolicy(Policy):
             self.log.append({"step": step, "event": "nothing profiled; decisions kept"})
             return
         layers, local = self._profiler.table()
-        rows = combine(comm, local)
+        rows = plain_first(combine(comm, local), self.config.candidates)
         cost = self.cost or costmodel.params(comm)
         cands = self.config.candidates
         share = rows[:, 0] / max(float(rows[:, 0].sum()), 1e-300)
@@ -192,8 +204,16 @@ class AutoPolicy(Policy):
         body = plan.bodies(comm.size, cands, times, cost)
         fixed = self._fixed(comm, step, cost, plain)
         buckets = [self._profiler.buckets.get(lay.name, lay.name) for lay in layers]
-        pick, total = plan.plan(cands, body, errors, self.config.max_error ** 2,
-                                self.config.bins, fixed, buckets, self.config.min_gain)
+        cfg = self.config
+        pick, total = plan.plan(cands, body, errors, cfg.max_error ** 2, cfg.bins, fixed,
+                                buckets, cfg.min_gain, cfg.margin)
+        old = self._previous(layers, errors, cfg.max_error ** 2)
+        if old is not None:  # hysteresis: a new plan must clearly beat the standing one
+            old_total = plan.step_time(old, body, fixed, buckets)
+            if not plan.clear(total, old_total, cfg.min_gain, cfg.margin):
+                pick, total = old, old_total
+        pick = plan.agreed(comm, pick)
+        total = plan.step_time(pick, body, fixed, buckets)
         self.decisions = {lay.name: cands[c] for lay, c in zip(layers, pick, strict=True)}
         self.collective_s = dict(zip(cands, fixed, strict=True))
         self.rows = [{"layer": lay.name, "numel": lay.numel, "kind": lay.kind,
@@ -205,6 +225,17 @@ class AutoPolicy(Policy):
         self.log.append({"step": step, "event": f"decided ({self._reason})",
                          "predicted_s": total, "error": self.total_error,
                          "collective_us": {k: v * 1e6 for k, v in self.collective_s.items()}})
+
+    def _previous(self, layers: list[Layer], errors: list[list[float]],
+                  budget: float) -> list[int] | None:
+        """The standing decisions as a plan of these layers, if they cover them all and
+        still meet the budget under the new profile."""
+        cands = self.config.candidates
+        if not self.decisions or {lay.name for lay in layers} != set(self.decisions) \
+                or not set(self.decisions.values()) <= set(cands):
+            return None
+        old = [cands.index(self.decisions[lay.name]) for lay in layers]
+        return old if sum(errors[i][c] for i, c in enumerate(old)) <= budget else None
 
     def _fixed(self, comm: Any, step: int, cost: costmodel.CostParams,
                plain: str | None) -> list[float]:

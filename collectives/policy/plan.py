@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
+from typing import Any
 
 import numpy as np
 
@@ -43,22 +44,31 @@ def bodies(p: int, cands: tuple[str, ...], times: list[list[float]],
     return [[max(t - lat[c], 0.0) for c, t in enumerate(row)] for row in times]
 
 
+def clear(t: float, than: float, min_gain: float, margin: float) -> bool:
+    """Whether ``t`` seconds is faster than ``than`` by more than timing noise: by more than
+    ``min_gain`` seconds and by more than the share ``margin`` of ``than`` (any finite time
+    beats an infinite one)."""
+    if not math.isfinite(than):
+        return t < than
+    return t < than - max(min_gain, margin * than)
+
+
 def prune(body: list[list[float]], errors: list[list[float]],
-          min_gain: float) -> list[list[float]]:
-    """Bodies with every option that is not faster than each lower-error option of its layer
-    by more than ``min_gain`` set to inf: a smaller gain is timing noise, and on a tie the
-    lower error wins. The least-error option of each layer always stays."""
+          min_gain: float, margin: float = 0.0) -> list[list[float]]:
+    """Bodies with every option that is not clearly faster (:func:`clear`) than each
+    lower-error option of its layer set to inf: a smaller gain is timing noise, and on a tie
+    the lower error wins. The least-error option of each layer always stays."""
     out = []
     for row, err in zip(body, errors, strict=True):
-        out.append([t if t < min((u for u, f in zip(row, err, strict=True) if f < e),
-                                 default=math.inf) - min_gain else math.inf
+        out.append([t if all(clear(t, u, min_gain, margin)
+                             for u, f in zip(row, err, strict=True) if f < e) else math.inf
                     for t, e in zip(row, err, strict=True)])
     return out
 
 
 def plan(cands: tuple[str, ...], body: list[list[float]], errors: list[list[float]],
          budget: float, bins: int, fixed: list[float], buckets: list[Hashable],
-         min_gain: float = 0.0) -> tuple[list[int], float]:
+         min_gain: float = 0.0, margin: float = 0.0) -> tuple[list[int], float]:
     """Per-layer choice and its predicted step time, counting fusion.
 
     Layers of one bucket that share a compressor travel in one collective, so candidate c's
@@ -66,13 +76,15 @@ def plan(cands: tuple[str, ...], body: list[list[float]], errors: list[list[floa
     that uses it (``buckets[i]`` names layer i's bucket), and ``body[i][c]`` (see
     :func:`bodies`) once per layer. The dynamic program runs on each subset of candidates,
     on the bodies :func:`prune` keeps; then :func:`regroup` moves whole groups within their
-    bucket while that saves collectives; the cheapest plan wins.
+    bucket while that saves collectives. Of these plans, the one of least error among those
+    not clearly slower than the fastest (``min_gain``, ``margin``: :func:`clear`) wins: more
+    error is taken only for a gain that timing noise cannot explain.
     """
     n, base = len(cands), cands.index("none") if "none" in cands else None
-    kept = prune(body, errors, min_gain)
+    kept = prune(body, errors, min_gain, margin)
     subsets = [[c for c in range(n) if mask >> c & 1] for mask in range(1, 1 << n)] \
         if n <= 8 else [list(range(n))]
-    best: tuple[float, list[int]] | None = None
+    plans: list[tuple[float, float, list[int]]] = []
     for sub in subsets:
         allowed = set(sub)
         masked = [[t if c in allowed else math.inf for c, t in enumerate(row)] for row in kept]
@@ -80,12 +92,14 @@ def plan(cands: tuple[str, ...], body: list[list[float]], errors: list[list[floa
             pick = solve(masked, errors, budget, bins)
         except ValueError:  # this subset cannot meet the budget (the one of "none" can)
             continue
-        pick = regroup(pick, body, errors, fixed, buckets, budget, min_gain, base)
-        total = step_time(pick, body, fixed, buckets)
-        if best is None or total < best[0]:
-            best = (total, pick)
-    assert best is not None
-    return best[1], best[0]
+        pick = regroup(pick, body, errors, fixed, buckets, budget, min_gain, base, margin)
+        plans.append((step_time(pick, body, fixed, buckets),
+                      sum(errors[i][c] for i, c in enumerate(pick)), pick))
+    assert plans
+    fastest = min(total for total, _, _ in plans)
+    _, total, pick = min((err, total, pick) for total, err, pick in plans
+                         if not clear(fastest, total, min_gain, margin))
+    return pick, total
 
 
 def step_time(pick: list[int], body: list[list[float]], fixed: list[float],
@@ -97,12 +111,13 @@ def step_time(pick: list[int], body: list[list[float]], fixed: list[float],
 
 def regroup(pick: list[int], body: list[list[float]], errors: list[list[float]],
             fixed: list[float], buckets: list[Hashable], budget: float, min_gain: float,
-            base: int | None) -> list[int]:
+            base: int | None, margin: float = 0.0) -> list[int]:
     """Move whole groups (the layers of a bucket sharing a candidate) while it pays.
 
     A group may move to ``base`` (the error-free candidate) or into another group of its
-    bucket; a move is taken when it saves more than ``min_gain`` seconds within the budget,
-    or lowers the error at no extra time, best first. So a small layer keeps a compressor
+    bucket; a move is taken when it clearly saves time within the budget (more than
+    ``min_gain`` seconds and the share ``margin`` of the group's time), or lowers the error
+    at no extra time, best first. So a small layer keeps a compressor
     only where its bucket sends that compressor anyway: a collective of its own costs more
     than its few bytes save. Each move lowers (time, error) lexicographically: it ends.
     """
@@ -119,7 +134,9 @@ def regroup(pick: list[int], body: list[list[float]], errors: list[list[float]],
                 dt = sum(body[i][d] - body[i][c] for i in members) - fixed[c] \
                     + (0.0 if (b, d) in groups else fixed[d])
                 de = sum(errors[i][d] - errors[i][c] for i in members)
-                if err + de > budget or not (dt < -min_gain or (dt <= 0 and de < 0)):
+                now = sum(body[i][c] for i in members) + fixed[c]
+                if err + de > budget or not (clear(now + dt, now, min_gain, margin)
+                                             or (dt <= 0 and de < 0)):
                     continue
                 if best is None or (dt, de) < best[0]:
                     best = ((dt, de), members, d)
@@ -129,3 +146,11 @@ def regroup(pick: list[int], body: list[list[float]], errors: list[list[float]],
         for i in members:
             pick[i] = d
         err += de
+
+
+def agreed(comm: Any, pick: list[int]) -> list[int]:
+    """Rank 0's plan on every rank (collective). Every rank plans from the same combined
+    measurements, so the plans already agree; taking one rank's makes it so by construction
+    (a last ulp of a sum cannot split the ranks' groups, which would deadlock the hook)."""
+    table = comm.allgather_ints(np.asarray(pick, dtype=np.int64), collective="policy plan")
+    return [int(c) for c in np.asarray(table).reshape(comm.size, len(pick))[0]]

@@ -104,3 +104,17 @@ def combine(comm: Any, rows: np.ndarray) -> np.ndarray:
     worst = every.max(axis=0)[:, 1:].reshape(rows.shape[0], -1, PER_CANDIDATE)
     cols[:, :, 2:] = worst[:, :, 2:]
     return out
+
+
+def plain_first(rows: np.ndarray, cands: tuple[str, ...]) -> np.ndarray:
+    """``rows`` with the identity twin's compress and decompress times at most any other
+    candidate's: "none" does no coding, so a time above another's is noise, and pricing it
+    above a compressor that sends fewer bytes for the same work would flip decisions."""
+    if "none" not in cands or len(cands) < 2:
+        return rows
+    out = np.array(rows, dtype=np.float64)
+    cols = out[:, 1:].reshape(out.shape[0], len(cands), PER_CANDIDATE)
+    j = cands.index("none")
+    others = np.delete(cols[:, :, 2:4], j, axis=1).min(axis=1)
+    cols[:, j, 2:4] = np.minimum(cols[:, j, 2:4], others)
+    return out

@@ -13,10 +13,10 @@ import numpy as np
 
 from .. import costmodel, pricing
 from ..config import defaults
-from ..errors import MismatchError
 from ..progress import Handle
 from ..transport import as_communicator
 from ..transport.base import Request
+from ..validation import agree
 from . import gtopk, split, ssar
 from .common import Sparse, SparseJob, SparseSteps
 from .merge import coalesce, index_dtype
@@ -72,6 +72,8 @@ def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
     if algorithm != "auto" and algorithm not in ALGORITHMS:
         raise ValueError(f"unknown sparse algorithm {algorithm!r}; available: auto, "
                          f"{', '.join(ALGORITHMS)}")
+    if k is not None and (not isinstance(k, int | np.integer) or k < 0):
+        raise ValueError(f"k must be a non-negative int (entries gtopk keeps), got {k!r}")
     if algorithm == "gtopk" and k is None:
         raise ValueError("algorithm 'gtopk' keeps the k largest entries: pass k=")
     if not isinstance(size, int | np.integer) or size < 0:
@@ -85,15 +87,13 @@ def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
     names = list(ALGORITHMS)
     algo_id = -1 if algorithm == "auto" else names.index(algorithm)
     check = defaults.validate if validate is None else validate
-    if check or algorithm == "auto":
-        table = c.allgather_ints([size, acc.itemsize, -1 if k is None else k, algo_id, idx.size],
-                                 collective="sparse_allreduce (metadata)", timeout=timeout)
-        if check:
-            for j, what in enumerate(("size", "value dtype", "k", "algorithm")):
-                if (table[:, j] != table[0, j]).any():
-                    raise MismatchError(f"sparse_allreduce: ranks disagree on {what} "
-                                        f"({table[:, j].tolist()}); pass the same {what}")
+    if check or algorithm == "auto":  # one allgather validates and gathers the sizes
+        table = agree(c, "sparse_allreduce", {"size": size, "value bytes": acc.itemsize,
+                                              "k": -1 if k is None else k,
+                                              "algorithm": algo_id}, timeout,
+                      shared={"entries": idx.size})
         if algorithm == "auto":
+            costmodel.params(c, timeout=timeout)  # a first use fits it, within the deadline
             algorithm = "gtopk" if k is not None else choose(c, int(size), int(table[:, 4].max()),
                                                              acc.itemsize)
     job = SparseJob(c, c.next_tag(), idx, val, int(size), acc, k,
@@ -126,6 +126,10 @@ def sparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
         algorithm: "auto" (priced by the cost model), or a name in ``ALGORITHMS``.
         k: for "gtopk", the number of entries the result keeps.
         dense: return a dense array of ``size`` (default), or (indices, values) sorted.
+        validate: check size, value dtype, k and algorithm agree on every rank in the small
+            allgather that also gathers the entry counts (``MismatchError`` on every rank).
+            ``validate=False`` skips that allgather unless ``algorithm="auto"`` needs it, and
+            checks nothing: ranks that disagree may hang until ``timeout``.
 
     Values are summed in float32 (float64 for float64 input). Entries whose sum is exactly
     zero may be left out of a sparse result.

@@ -116,4 +116,6 @@ def unpack(buf: np.ndarray, size: int, acc: np.dtype) -> tuple[np.ndarray, np.nd
         raise ValueError(f"sparse message of {buf.size} bytes does not hold {n} entries")
     idx = buf[8:8 + n * it.itemsize].view(it).astype(np.int64)
     val = buf[8 + n * it.itemsize:].view(acc)
+    if not val.flags.aligned:  # float64 after an odd number of int32 indices
+        val = val.copy()
     return idx, val

@@ -26,28 +26,39 @@ def _owned(job: SparseJob, bounds: np.ndarray) -> SparseSteps:
     return merge([unpack(b, job.size, job.acc) for b in got], job.acc)
 
 
+#: Bytes of a range message's flag (0 sparse, 1 dense): a whole word, so that what follows
+#: stays aligned for the kernels that read it.
+_FLAG = 8
+
+
+def _flagged(flag: int, body: np.ndarray) -> np.ndarray:
+    head = np.zeros(_FLAG, np.uint8)
+    head[0] = flag
+    return np.concatenate([head, body])
+
+
 def _dense_or_sparse(idx: np.ndarray, val: np.ndarray, lo: int, hi: int, job: SparseJob,
                      allow_dense: bool) -> np.ndarray:
-    """Encode a range as flag byte + sparse set, or flag byte + dense values."""
+    """Encode a range as flag + sparse set, or flag + dense values."""
     width = hi - lo
     if allow_dense and width and idx.size > job.dense_threshold * width:
         dense = np.zeros(width, job.acc)
         dense[idx - lo] = val
-        return np.concatenate([np.ones(1, np.uint8), dense.view(np.uint8)])
-    return np.concatenate([np.zeros(1, np.uint8), pack(idx, val, job.size)])
+        return _flagged(1, dense.view(np.uint8))
+    return _flagged(0, pack(idx, val, job.size))
 
 
 def _decode_range(buf: np.ndarray, lo: int, hi: int, job: SparseJob
                   ) -> tuple[np.ndarray, np.ndarray]:
-    if buf.size < 1 or buf[0] not in (0, 1):
+    if buf.size < _FLAG or buf[0] not in (0, 1) or buf[1:_FLAG].any():
         raise ValueError("corrupt range message in sparse allgather")
     if buf[0] == 1:
-        dense = buf[1:].view(job.acc)
+        dense = buf[_FLAG:].view(job.acc)
         if dense.size != hi - lo:
             raise ValueError(f"dense range of {dense.size} values, expected {hi - lo}")
         nz = np.flatnonzero(dense)
         return nz + lo, dense[nz]
-    return unpack(buf[1:], job.size, job.acc)
+    return unpack(buf[_FLAG:], job.size, job.acc)
 
 
 def _split_allgather_parts(job: SparseJob, allow_dense: bool

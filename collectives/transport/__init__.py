@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+from ..errors import CommunicationError
 from .base import Communicator, Request, wait_all
 
-__all__ = ["Communicator", "Request", "as_communicator", "wait_all"]
+__all__ = ["Communicator", "Request", "as_communicator", "default_engine", "wait_all"]
 
 _CACHE: dict[int, Communicator] = {}
 
@@ -14,15 +16,21 @@ _CACHE: dict[int, Communicator] = {}
 def as_communicator(comm: Any = None) -> Communicator:
     """Wrap ``comm`` in a Communicator.
 
-    Accepts None (MPI.COMM_WORLD), an ``mpi4py.MPI.Comm``, a ``torch.distributed``
-    ProcessGroup, or a Communicator (returned as is). Wrappers are cached per engine object so
-    the collective sequence numbers (message tags) stay consistent across calls.
+    Accepts None (the job this process is in, see :func:`default_engine`), an
+    ``mpi4py.MPI.Comm``, a ``torch.distributed`` ProcessGroup, or a Communicator (returned as
+    is). Wrappers are cached per engine object so the collective sequence numbers (message
+    tags) stay consistent across calls. A communicator that failed (a timeout, an engine
+    error) raises CommunicatorUnusable here, so every collective refuses it from the start.
     """
     if isinstance(comm, Communicator):
+        comm.check_usable()
         return comm
+    if comm is None:
+        comm = default_engine()
     key = id(comm)
     cached = _CACHE.get(key)
-    if cached is not None and (comm is None or getattr(cached, "_obj", None) is comm):
+    if cached is not None and getattr(cached, "_obj", None) is comm:
+        cached.check_usable()
         return cached
     wrapped = _wrap(comm)
     wrapped._obj = comm  # keeps the engine object alive while cached  # type: ignore[attr-defined]
@@ -30,11 +38,52 @@ def as_communicator(comm: Any = None) -> Communicator:
     return wrapped
 
 
-def _wrap(comm: Any) -> Communicator:
-    if comm is None:
-        from .mpi import MPICommunicator
+def default_engine() -> Any:
+    """What ``comm=None`` means, decided anew at each call: ``MPI.COMM_WORLD`` under an MPI
+    launcher; the default ``torch.distributed`` group when that is initialized and the MPI
+    world is a single process (torchrun, or any launcher that starts no MPI job).
 
-        return MPICommunicator()
+    Raises CommunicationError when both are set up with different sizes: which job the
+    caller means is then ambiguous, so it must pass ``comm=`` explicitly.
+    """
+    group = _torch_default_group()
+    if group is None:
+        from mpi4py import MPI
+
+        return MPI.COMM_WORLD
+    import torch.distributed as dist
+
+    torch_size = dist.get_world_size(group)
+    mpi_world = _mpi_world()
+    if mpi_world is None or mpi_world.Get_size() == 1:
+        return group
+    if mpi_world.Get_size() == torch_size:
+        return mpi_world  # the same job seen by both engines (e.g. init_from_mpi)
+    raise CommunicationError(
+        f"comm=None is ambiguous: the MPI world has {mpi_world.Get_size()} ranks but the "
+        f"initialized torch.distributed default group has {torch_size}; pass comm= explicitly "
+        f"(an mpi4py communicator or a torch.distributed ProcessGroup)"
+    )
+
+
+def _torch_default_group() -> Any:
+    """The default torch.distributed group if torch.distributed is initialized, else None
+    (without importing torch: if it was never imported it cannot be initialized)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist.group.WORLD
+
+
+def _mpi_world() -> Any:
+    try:
+        from mpi4py import MPI
+    except ImportError:  # torch.distributed alone, no MPI installed
+        return None
+    return MPI.COMM_WORLD
+
+
+def _wrap(comm: Any) -> Communicator:
     mod = type(comm).__module__
     if mod.startswith("mpi4py"):
         from .mpi import MPICommunicator
@@ -45,6 +94,7 @@ def _wrap(comm: Any) -> Communicator:
 
         return TorchCommunicator(comm)
     raise TypeError(
-        f"comm must be None (MPI.COMM_WORLD), an mpi4py.MPI.Comm, a torch.distributed "
+        f"comm must be None (the job: MPI.COMM_WORLD or torch.distributed's default group), "
+        f"an mpi4py.MPI.Comm, a torch.distributed "
         f"ProcessGroup or a collectives.Communicator; got {type(comm).__name__}"
     )

@@ -7,19 +7,15 @@ receives of contiguous host byte buffers through a ``Communicator`` and wait on 
 
 from __future__ import annotations
 
-import os
-import time
+import threading
 from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
 
-from ..config import defaults
-from ..errors import CollectiveTimeout
-
-# Polling: spin on the engine, then yield the core, then sleep with back-off (long waits).
-_SPINS = int(os.environ.get("COMPCOLL_POLL_SPINS", 32))
-_YIELDS = int(os.environ.get("COMPCOLL_POLL_YIELDS", 2000))
+from ..config import check_timeout
+from ..errors import CommunicationError, CommunicatorUnusable, TransportError
+from .waiting import test_all, wait_all
 
 
 class Request(ABC):
@@ -28,9 +24,11 @@ class Request(ABC):
     ``peer`` and ``what`` describe it for error messages (who we were waiting for, and why).
     """
 
-    def __init__(self, peer: int | None, what: str) -> None:
+    def __init__(self, peer: int | None, what: str, owner: Communicator | None = None) -> None:
         self.peer = peer
         self.what = what
+        #: the communicator that posted it (a failed wait makes that communicator unusable)
+        self.owner = owner
 
     #: True for engines whose requests only complete inside a blocking wait (gloo p2p)
     blocking: bool = False
@@ -42,40 +40,6 @@ class Request(ABC):
     def block(self, seconds: float) -> bool:
         """Blocking wait of at most ``seconds``; True if completed (engines with blocking=True)."""
         return self.test()
-
-
-def wait_all(requests: list[Request], *, collective: str, timeout: float | None = None) -> None:
-    """Wait for every request, raising CollectiveTimeout if one makes no progress in time.
-
-    Polls with a short spin, then sched_yield (a peer rank sharing the core gets to run at
-    once), then an exponential sleep back-off capped at 0.5 ms for long waits.
-    """
-    timeout = defaults.timeout if timeout is None else timeout
-    pending = [r for r in requests if not r.test()]
-    if not pending:
-        return
-    deadline = time.monotonic() + timeout
-    spins, sleep = 0, 2e-6
-    while pending:
-        if pending[0].blocking:
-            r = pending[0]
-            if not r.block(max(deadline - time.monotonic(), 1e-3)):
-                raise CollectiveTimeout(collective, r.what, r.peer, timeout)
-            pending.pop(0)
-            continue
-        pending = [r for r in pending if not r.test()]
-        if not pending:
-            return
-        spins += 1
-        if spins % 16 == 0 and time.monotonic() > deadline:
-            r = pending[0]
-            raise CollectiveTimeout(collective, r.what, r.peer, timeout)
-        if spins > _SPINS:
-            if spins > _YIELDS:
-                time.sleep(sleep)
-                sleep = min(sleep * 2, 5e-4)
-            else:
-                os.sched_yield()  # lets a peer rank sharing this core run, without a timer
 
 
 class Communicator(ABC):
@@ -96,6 +60,48 @@ class Communicator(ABC):
         self._seq = 0
         #: bytes this rank has handed to isend (benchmarks read it to report traffic)
         self.bytes_sent = 0
+        #: the error that made this communicator unusable (None while it is usable)
+        self.failure: CommunicationError | None = None
+        # Requests posted here and not yet seen complete (pruned now and then): the engine may
+        # write into their buffers until they complete, so they are never let go before that.
+        self._posted: list[Request] = []
+        self._prune_at = 64
+        self._lock = threading.Lock()  # a DDP hook posts while its thread waits
+
+    # -- failure: once a wait gives up, every later call refuses ------------------------------
+    def check_usable(self) -> None:
+        """Raise CommunicatorUnusable if an earlier wait on this communicator failed."""
+        if self.failure is not None:
+            raise CommunicatorUnusable(repr(self), self.failure)
+
+    def fail(self, cause: CommunicationError) -> None:
+        """Mark the communicator unusable after ``cause`` (a timeout or an engine error).
+
+        Every request still in flight is kept, with its buffers, for the life of the
+        communicator: the engine may still write a late peer's message into a receive buffer,
+        and freeing that buffer would corrupt the heap. Later calls raise CommunicatorUnusable.
+        """
+        if self.failure is None:
+            self.failure = cause  # ``_posted`` is not pruned from now on: it keeps them all
+
+    def _engine_error(self, message: str, exc: BaseException) -> TransportError:
+        """A TransportError for an engine call that failed; the communicator is unusable after
+        it (requests posted before it in the same collective are abandoned)."""
+        error = TransportError(f"{message}: {exc}")
+        error.__cause__ = exc
+        self.fail(error)
+        return error
+
+    def _track(self, request: Request) -> Request:
+        """Register a request just posted on this communicator (see ``fail``)."""
+        request.owner = self
+        with self._lock:
+            self._posted.append(request)
+            if len(self._posted) >= self._prune_at and self.failure is None:
+                # only what a wait or test already saw complete: no engine call from here
+                self._posted = [r for r in self._posted if not getattr(r, "_done", False)]
+                self._prune_at = 2 * len(self._posted) + 64  # amortized O(1) per request
+        return request
 
     @property
     @abstractmethod
@@ -122,6 +128,8 @@ class Communicator(ABC):
     def allgather_ints(self, values: Any, *, collective: str = "allgather_ints",
                        timeout: float | None = None) -> np.ndarray:
         """Gather a small int64 vector from every rank (metadata, validation); shape [size, n]."""
+        check_timeout(timeout)
+        self.check_usable()
         v = np.ascontiguousarray(np.asarray(values, dtype=np.int64).reshape(-1))
         out = np.empty((self.size, v.size), dtype=np.int64)
         wait_all([self.iallgather_ints(v, out)], collective=collective, timeout=timeout)
@@ -134,6 +142,7 @@ class Communicator(ABC):
     def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
                  tag: int, *, collective: str = "sendrecv", timeout: float | None = None) -> None:
         """Send to ``dest`` and receive from ``source`` at once (no deadlock in a ring)."""
+        check_timeout(timeout)
         reqs = [self.irecv(recvbuf, source, tag, "sendrecv"), self.isend(sendbuf, dest, tag)]
         wait_all(reqs, collective=collective, timeout=timeout)
 
@@ -152,3 +161,6 @@ class Communicator(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} rank {self.rank} of {self.size}>"
+
+
+__all__ = ["Communicator", "Request", "test_all", "wait_all"]

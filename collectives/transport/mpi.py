@@ -92,52 +92,65 @@ class MPICommunicator(Communicator):
         return self._size
 
     def isend(self, buf: np.ndarray, dest: int, tag: int, what: str = "send") -> Request:
+        self.check_usable()
         self.bytes_sent += buf.nbytes
         try:
-            return _MPIRequest(self.comm.Isend(_bytes(buf), dest, tag), dest, what, buf)
+            req = self.comm.Isend(_bytes(buf), dest, tag)
         except MPI.Exception as exc:
-            raise TransportError(f"MPI_Isend to rank {dest} failed: {exc}") from exc
+            raise self._engine_error(f"MPI_Isend to rank {dest} failed", exc) from exc
+        return self._track(_MPIRequest(req, dest, what, buf))
 
     def irecv(self, buf: np.ndarray, source: int, tag: int, what: str = "recv") -> Request:
+        self.check_usable()
         try:
-            return _MPIRequest(self.comm.Irecv(_bytes(buf), source, tag), source, what, buf)
+            req = self.comm.Irecv(_bytes(buf), source, tag)
         except MPI.Exception as exc:
-            raise TransportError(f"MPI_Irecv from rank {source} failed: {exc}") from exc
+            raise self._engine_error(f"MPI_Irecv from rank {source} failed", exc) from exc
+        return self._track(_MPIRequest(req, source, what, buf))
 
     def iallgather_ints(self, values: np.ndarray, out: np.ndarray) -> Request:
-        req = self.comm.Iallgather([values, MPI.INT64_T], [out, MPI.INT64_T])
-        return _MPIRequest(req, None, "allgather of metadata", (values, out))
+        self.check_usable()
+        try:
+            req = self.comm.Iallgather([values, MPI.INT64_T], [out, MPI.INT64_T])
+        except MPI.Exception as exc:
+            raise self._engine_error("MPI_Iallgather failed", exc) from exc
+        return self._track(_MPIRequest(req, None, "allgather of metadata", (values, out)))
 
     def native_iallreduce(self, buf: np.ndarray, dtype: DType, op: str) -> Request:
         """MPI_Iallreduce in place on ``buf`` (the MPI library's own algorithm)."""
+        self.check_usable()
         mpi_type, mpi_op = _type_and_op(dtype, op)
         try:
             req = self.comm.Iallreduce(MPI.IN_PLACE, [buf, buf.size, mpi_type], mpi_op)
         except MPI.Exception as exc:
-            raise TransportError(f"MPI_Iallreduce failed: {exc}") from exc
-        return _MPIRequest(req, None, "MPI_Iallreduce", buf)
+            raise self._engine_error("MPI_Iallreduce failed", exc) from exc
+        return self._track(_MPIRequest(req, None, "MPI_Iallreduce", buf))
 
     def native_iallreduce_device(self, send: object, recv: object, count: int, dtype: DType,
                                  op: str) -> Request:
         """MPI_Iallreduce on device arrays (CUDA-aware MPI); ``send=None`` means in place."""
+        self.check_usable()
         mpi_type, mpi_op = _type_and_op(dtype, op)
         spec = MPI.IN_PLACE if send is None else [send, count, mpi_type]
         try:
             req = self.comm.Iallreduce(spec, [recv, count, mpi_type], mpi_op)
         except MPI.Exception as exc:
-            raise TransportError(f"MPI_Iallreduce on device buffers failed: {exc}") from exc
-        return _MPIRequest(req, None, "MPI_Iallreduce (device buffers)", (send, recv))
+            raise self._engine_error("MPI_Iallreduce on device buffers failed", exc) from exc
+        return self._track(_MPIRequest(req, None, "MPI_Iallreduce (device buffers)",
+                                       (send, recv)))
 
     def native_allreduce(self, buf: np.ndarray, dtype: DType, op: str) -> None:
         """Blocking MPI_Allreduce in place (the baseline the benchmarks compare against)."""
+        self.check_usable()
         mpi_type, mpi_op = _type_and_op(dtype, op)
         try:
             self.comm.Allreduce(MPI.IN_PLACE, [buf, buf.size, mpi_type], mpi_op)
         except MPI.Exception as exc:
-            raise TransportError(f"MPI_Allreduce failed: {exc}") from exc
+            raise self._engine_error("MPI_Allreduce failed", exc) from exc
 
     def split(self, color: int, key: int) -> MPICommunicator:
         """A sub-communicator (MPI_Comm_split)."""
+        self.check_usable()
         return MPICommunicator(self.comm.Split(color, key))
 
     def abort(self, code: int = 1) -> None:

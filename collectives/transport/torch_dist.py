@@ -124,28 +124,42 @@ class TorchCommunicator(Communicator):
         return host if self.stage_device is None else host.to(self.stage_device, copy=True)
 
     def isend(self, buf: np.ndarray, dest: int, tag: int, what: str = "send") -> Request:
+        self.check_usable()
         _, dist = _torch()
         t = self._in(self._tensor(buf))
         self.bytes_sent += buf.nbytes
-        return _WorkRequest(dist.isend(t, self._global[dest], group=self.group, tag=tag),
-                            dest, what, t)
+        try:
+            work = dist.isend(t, self._global[dest], group=self.group, tag=tag)
+        except RuntimeError as exc:
+            raise self._engine_error(f"torch.distributed.isend to rank {dest} failed", exc) from exc
+        return self._track(_WorkRequest(work, dest, what, t))
 
     def irecv(self, buf: np.ndarray, source: int, tag: int, what: str = "recv") -> Request:
+        self.check_usable()
         _, dist = _torch()
         t, land = self._out(self._tensor(buf))
-        return _WorkRequest(dist.irecv(t, self._global[source], group=self.group, tag=tag),
-                            source, what, t, land)
+        try:
+            work = dist.irecv(t, self._global[source], group=self.group, tag=tag)
+        except RuntimeError as exc:
+            raise self._engine_error(f"torch.distributed.irecv from rank {source} failed",
+                                     exc) from exc
+        return self._track(_WorkRequest(work, source, what, t, land))
 
     def iallgather_ints(self, values: np.ndarray, out: np.ndarray) -> Request:
+        self.check_usable()
         torch, dist = _torch()
         src = self._in(torch.from_numpy(values))
         dst, land = self._out(torch.from_numpy(out.reshape(-1)))
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        work = gather(dst, src, group=self.group, async_op=True)
-        return _WorkRequest(work, None, "allgather of metadata", (src, dst), land)
+        try:
+            work = gather(dst, src, group=self.group, async_op=True)
+        except RuntimeError as exc:
+            raise self._engine_error("torch.distributed all_gather failed", exc) from exc
+        return self._track(_WorkRequest(work, None, "allgather of metadata", (src, dst), land))
 
     def native_iallreduce(self, buf: np.ndarray, dtype: DType, op: str) -> Request:
         """torch.distributed.all_reduce in place on ``buf`` (the engine's own algorithm)."""
+        self.check_usable()
         torch, dist = _torch()
         if dtype.name == "bfloat16":
             t = torch.from_numpy(buf.view(np.int16)).view(torch.bfloat16)
@@ -157,11 +171,12 @@ class TorchCommunicator(Communicator):
         try:
             work = dist.all_reduce(staged, op=rop, group=self.group, async_op=True)
         except RuntimeError as exc:
-            raise TransportError(f"torch.distributed.all_reduce failed: {exc}") from exc
-        return _WorkRequest(work, None, "torch all_reduce", staged, land)
+            raise self._engine_error("torch.distributed.all_reduce failed", exc) from exc
+        return self._track(_WorkRequest(work, None, "torch all_reduce", staged, land))
 
     def split(self, ranks: list[int], timeout: float = 300.0) -> TorchCommunicator | None:
         """A sub-group of the given group ranks (every rank must call it); None if not a member."""
+        self.check_usable()
         _, dist = _torch()
         pg = dist.new_group([self._global[r] for r in ranks], timeout=timedelta(seconds=timeout))
         return TorchCommunicator(pg, self.stage_device) if self._rank in ranks else None

@@ -66,6 +66,16 @@ def _check(bits: int, bucket_size: int) -> None:
         raise ValueError(f"bucket_size must be a positive multiple of 8; got {bucket_size}")
 
 
+def _sizes(what: str, *specs: tuple[Any, int, Any]) -> None:
+    """Each buffer must be a contiguous array of its dtype with exactly the elements the
+    kernel reads: the kernels index them from n alone."""
+    for i, (a, size, dtype) in enumerate(specs):
+        if getattr(a, "dtype", None) != dtype or a.size != size or not a.flags.c_contiguous:
+            raise ValueError(f"{what}: buffer {i} must be a contiguous {np.dtype(dtype).name} "
+                             f"array of {size} elements, got {getattr(a, 'dtype', type(a))}"
+                             f"[{getattr(a, 'size', '?')}]")
+
+
 def quantize(x: Any, bits: int, bucket_size: int, seed: int,
              stochastic: bool) -> tuple[Any, Any, Any]:
     """Packed codes, per-bucket minima and steps of x (as ``compressors.kernels.quantize``)."""
@@ -87,6 +97,9 @@ def dequantize(codes: Any, mins: Any, scales: Any, n: int, bits: int, bucket_siz
     """n float32 values decoded from ``quantize``'s output."""
     _check(bits, bucket_size)
     cupy = _cupy()
+    nb = -(-n // bucket_size)
+    _sizes("dequantize", (codes, -(-n * bits // 8), cupy.uint8), (mins, nb, cupy.float32),
+           (scales, nb, cupy.float32))
     out = cupy.empty(n, cupy.float32)
     if n:
         module().get_function("compcoll_dequantize")(
@@ -111,7 +124,10 @@ def sign_pack(x: Any, bucket_size: int) -> tuple[Any, Any]:
 
 def sign_unpack(bits: Any, scales: Any, n: int, bucket_size: int) -> Any:
     """±scale per value from ``sign_pack``'s output."""
+    _check(1, bucket_size)
     cupy = _cupy()
+    _sizes("sign_unpack", (bits, -(-n // 8), cupy.uint8),
+           (scales, -(-n // bucket_size), cupy.float32))
     out = cupy.empty(n, cupy.float32)
     if n:
         module().get_function("compcoll_sign_unpack")(
@@ -137,23 +153,43 @@ def select_above(x: Any, tau: float) -> Any:
         cap = k  # more candidates than room: run again with room for all of them
 
 
+def _indices(idx: Any) -> tuple[Any, Any]:
+    """idx as int64 on the device, and a zeroed flag the kernel raises on an index outside
+    [0, n) (it skips that index instead of touching memory out of bounds)."""
+    cupy = _cupy()
+    return cupy.ascontiguousarray(idx.reshape(-1), cupy.int64), cupy.zeros(1, cupy.int32)
+
+
+def _raise_if_flagged(error: Any, n: int, what: str) -> None:
+    if int(error.get()[0]):
+        raise ValueError(f"{what}: an index is outside [0, {n}); nothing was read or written "
+                         "there (a damaged or foreign payload?)")
+
+
 def gather(x: Any, idx: Any) -> Any:
-    """x[idx] for int64 indices."""
+    """x[idx] for int64 indices; an index outside x raises ValueError."""
     cupy, flat = _cupy(), _f32(x, "x")
     k = int(idx.size)
     out = cupy.empty(k, cupy.float32)
     if k:
+        ix, error = _indices(idx)
         module().get_function("compcoll_gather")(
-            (-(-k // _THREADS),), (_THREADS,), (flat, idx.astype(cupy.int64), np.int64(k), out))
+            (-(-k // _THREADS),), (_THREADS,), (flat, np.int64(flat.size), ix, np.int64(k), out,
+                                                error))
+        _raise_if_flagged(error, flat.size, "gather")
     return out
 
 
 def scatter(out: Any, idx: Any, vals: Any, accumulate: bool = False) -> None:
-    """out[idx] = vals, or += (atomics: summation order not fixed) with ``accumulate``."""
-    cupy, flat = _cupy(), _f32(out, "out")
+    """out[idx] = vals, or += (atomics: summation order not fixed) with ``accumulate``; an
+    index outside out raises ValueError (after the valid ones were written)."""
+    flat, v = _f32(out, "out"), _f32(vals, "vals")
     k = int(idx.size)
+    if v.size != k:
+        raise ValueError(f"scatter: {k} indices but {v.size} values")
     if k:
+        ix, error = _indices(idx)
         module().get_function("compcoll_scatter")(
             (-(-k // _THREADS),), (_THREADS,),
-            (flat, idx.astype(cupy.int64), _f32(vals, "vals"), np.int64(k),
-             np.int32(bool(accumulate))))
+            (flat, np.int64(flat.size), ix, v, np.int64(k), np.int32(bool(accumulate)), error))
+        _raise_if_flagged(error, flat.size, "scatter")

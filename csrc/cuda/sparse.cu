@@ -22,21 +22,36 @@ extern "C" __global__ void compcoll_select_above(const float* __restrict__ x, lo
   }
 }
 
-extern "C" __global__ void compcoll_gather(const float* __restrict__ x,
+// Indices come from payloads: one outside [0, n) is skipped and raises *error, which the
+// Python wrapper turns into an exception after the launch.
+extern "C" __global__ void compcoll_gather(const float* __restrict__ x, long long n,
                                            const long long* __restrict__ idx, long long k,
-                                           float* __restrict__ out) {
+                                           float* __restrict__ out, int* __restrict__ error) {
   const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (j < k) out[j] = x[idx[j]];
+  if (j >= k) return;
+  const long long i = idx[j];
+  if (i < 0 || i >= n) {
+    out[j] = 0.0f;
+    atomicExch(error, 1);
+    return;
+  }
+  out[j] = x[i];
 }
 
 // out[idx[j]] = vals[j] (unique indices) or += with atomics (duplicates; order-dependent
-// rounding, so collectives use it only where every rank sums the same way).
-extern "C" __global__ void compcoll_scatter(float* __restrict__ out,
+// rounding, so collectives use it only where every rank sums the same way). Out-of-range
+// indices are skipped and flagged as in compcoll_gather.
+extern "C" __global__ void compcoll_scatter(float* __restrict__ out, long long n,
                                             const long long* __restrict__ idx,
                                             const float* __restrict__ vals, long long k,
-                                            int accumulate) {
+                                            int accumulate, int* __restrict__ error) {
   const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= k) return;
-  if (accumulate) atomicAdd(out + idx[j], vals[j]);
-  else out[idx[j]] = vals[j];
+  const long long i = idx[j];
+  if (i < 0 || i >= n) {
+    atomicExch(error, 1);
+    return;
+  }
+  if (accumulate) atomicAdd(out + i, vals[j]);
+  else out[i] = vals[j];
 }

@@ -83,3 +83,51 @@ def test_derive_seed_is_stable():
     code = "import compressors; print(compressors.derive_seed(3, 'layer.weight', 7))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert int(out.stdout) == compressors.derive_seed(3, "layer.weight", 7)
+
+
+SPECS = ["none", "fp16", "bf16", "uniform:bits=8", "qsgd", "terngrad", "sign",
+         "topk:ratio=0.25", "randomk:ratio=0.25", "threshold:tau=0.5", "powersgd"]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_other_byte_order_compresses_by_value_and_comes_back_in_it(spec):
+    import numpy as np
+
+    native = np.random.default_rng(0).standard_normal((8, 12)).astype(np.float32)
+    other = native.astype(native.dtype.newbyteorder("S"))
+    comp = compressors.get(spec)  # a fresh one each time: PowerSGD keeps state per name
+    want = comp.decompress(comp.compress(native, name="w"))
+    comp = compressors.get(spec)
+    got = comp.decompress(comp.compress(other, name="w"))
+    assert got.dtype == other.dtype
+    np.testing.assert_array_equal(got.astype(np.float32), want)
+    out = np.empty_like(other)
+    comp = compressors.get(spec)
+    comp.decompress(comp.compress(other, name="w"), out=out)
+    np.testing.assert_array_equal(out.astype(np.float32), want)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_read_only_input_compresses_and_read_only_out_is_refused(spec):
+    import numpy as np
+
+    x = np.random.default_rng(1).standard_normal((8, 12)).astype(np.float32)
+    comp = compressors.get(spec)
+    want = comp.decompress(comp.compress(x, name="w"))
+    x.setflags(write=False)
+    comp = compressors.get(spec)
+    payload = comp.compress(x, name="w")
+    np.testing.assert_array_equal(comp.decompress(payload), want)
+    out = np.empty_like(x)
+    out.setflags(write=False)
+    with pytest.raises(ValueError, match="read-only"):
+        comp.decompress(payload, out=out)
+
+
+def test_feedback_twins_share_error_feedback_signatures():
+    import inspect
+
+    for method in ("compensate", "update", "update_sent", "step", "fusable", "residual_for"):
+        want = inspect.signature(getattr(compressors.ErrorFeedback, method))
+        for twin in (compressors.NoErrorFeedback, compressors.DGCFeedback):
+            assert inspect.signature(getattr(twin, method)) == want, (twin, method)

@@ -220,3 +220,103 @@ def test_gather_scatter(dtype, idx_dtype, threads):
     np.testing.assert_array_equal(out, expect)
     with pytest.raises(IndexError):
         kernels.gather(x, np.array([x.size], idx_dtype))
+
+
+def _misaligned(a: np.ndarray, shift: int = 1) -> np.ndarray:
+    """A copy of a whose data starts ``shift`` bytes past an aligned address."""
+    store = np.zeros(a.nbytes + 16, np.uint8)
+    view = store[shift:shift + a.nbytes].view(a.dtype)
+    view[...] = a
+    assert not view.flags.aligned
+    return view
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: _compcoll.dequantize(np.zeros(64, np.uint8), m(np.zeros(1, np.float32)),
+                                   np.zeros(1, np.float32), np.empty(64, np.float32), 8, 64,
+                                   False),
+    lambda m: _compcoll.sign_unpack(np.zeros(8, np.uint8), np.zeros(1, np.float32),
+                                    m(np.zeros(64, np.float32)), 64),
+    lambda m: _compcoll.qsgd_decode(np.zeros(64, np.int8), m(np.zeros(1, np.float32)),
+                                    np.empty(64, np.float32), 64, 7),
+    lambda m: _compcoll.scatter_dense(np.empty(64, np.float32), m(np.arange(4, dtype=np.int32)),
+                                      np.ones(4, np.float32)),
+    lambda m: _compcoll.gather(np.ones(64, np.float32), np.arange(4, dtype=np.int32),
+                               m(np.zeros(4, np.float32))),
+    lambda m: _compcoll.topk_indices(m(np.ones(64, np.float32)), 3),
+])
+def test_kernels_refuse_misaligned_arrays(call):
+    call(lambda a: a)  # aligned: fine
+    with pytest.raises(ValueError, match="aligned"):
+        call(_misaligned)
+
+
+@pytest.mark.parametrize("dtype,code", [(np.float32, 2), (np.float64, 3), (np.int32, 6)])
+def test_reductions_through_misaligned_views(dtype, code):
+    a, b = (np.arange(1000) * 3).astype(dtype), (np.arange(1000) % 7).astype(dtype)
+    dst, src = _misaligned(a, 3), _misaligned(b, 5)
+    _compcoll.reduce_into(dst, src, code, 0)
+    np.testing.assert_array_equal(dst, a + b)
+    half = _misaligned(np.arange(10, dtype=np.float16).view(np.uint16), 1)
+    wide = np.empty(10, np.float32)
+    _compcoll.half_to_float(half, wide, 0)
+    np.testing.assert_array_equal(wide, np.arange(10, dtype=np.float32))
+
+
+@pytest.mark.parametrize("idx", [[0, -1], [2**31 - 1], [-(2**31)], [3, 64]])
+def test_sparse_kernels_bounds_check_indices(idx):
+    ix = np.array(idx, np.int32)
+    vals = np.ones(ix.size, np.float32)
+    out = np.zeros(64, np.float32)
+    for call in (lambda: _compcoll.gather(out, ix, vals.copy()),
+                 lambda: _compcoll.scatter(out, ix, vals, False),
+                 lambda: _compcoll.scatter(out, ix, vals, True),
+                 lambda: _compcoll.scatter_dense(out, ix, vals)):
+        with pytest.raises(IndexError, match="out of range"):
+            call()
+
+
+def test_feedback_selection_of_an_empty_tensor():
+    empty = np.zeros(0, np.float32)
+    for idx, val in (kernels.topk_feedback(empty, np.zeros(0, np.float32), 0),
+                     kernels.topk_feedback(empty, np.zeros(0, np.float32), 0, True, 7),
+                     kernels.select_above_feedback(empty, np.zeros(0, np.float32), 0.5)):
+        assert idx.size == 0 and val.size == 0 and idx.dtype == np.int32
+
+
+def _crc32c_reference(data: bytes) -> int:
+    c = 0xFFFFFFFF
+    for byte in data:
+        c ^= byte
+        for _ in range(8):
+            c = (c >> 1) ^ (0x82F63B78 & -(c & 1))
+    return c ^ 0xFFFFFFFF
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 9, 4095, 12288, 12289, 3 * 12288 + 13])
+def test_crc32c_matches_the_reference(n):
+    data = np.random.default_rng(n).integers(0, 256, n + 3, dtype=np.uint8)
+    view = data[3:]  # any alignment
+    assert _compcoll.crc32c(view) == _crc32c_reference(view.tobytes())
+    # continued over pieces: the same value
+    c = 0
+    for i in range(0, n, 5000):
+        c = _compcoll.crc32c(view[i:i + 5000], c)
+    assert c == _compcoll.crc32c(view)
+    assert _compcoll.crc32c(np.frombuffer(b"123456789", np.uint8)) == 0xE3069283
+
+
+def test_merges_and_wrappers_take_sets_received_at_odd_offsets():
+    ia, va = np.array([1, 4, 9], np.int64), np.array([1.0, 2.0, 3.0])
+    ib, vb = np.array([4, 5], np.int64), np.array([10.0, 20.0])
+    io, vo = np.empty(5, np.int64), np.empty(5)
+    k = _compcoll.merge_sorted(_misaligned(ia, 4), _misaligned(va, 4), ib, _misaligned(vb, 2),
+                               io, vo)
+    assert io[:k].tolist() == [1, 4, 5, 9] and vo[:k].tolist() == [1.0, 12.0, 20.0, 3.0]
+    dense = np.empty(12)
+    _compcoll.merge_dense(dense, [_misaligned(ia, 1), ib], [_misaligned(va, 3), vb])
+    assert dense[[1, 4, 5, 9]].tolist() == [1.0, 12.0, 20.0, 3.0] and dense.sum() == 36.0
+    out = np.empty(12)
+    kernels.scatter_dense(out, _misaligned(ia, 4), _misaligned(va, 4))
+    assert out[[1, 4, 9]].tolist() == [1.0, 2.0, 3.0] and out.sum() == 6.0
+    assert kernels.gather(_misaligned(out, 2), _misaligned(ia, 4)).tolist() == [1.0, 2.0, 3.0]

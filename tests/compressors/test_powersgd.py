@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import compressors
 from compressors.powersgd import orthogonalize
@@ -56,3 +57,34 @@ def test_vectors_and_small_matrices_sent_uncompressed():
     small = gaussian((3, 3))
     np.testing.assert_array_equal(c.decompress(c.compress(small, name="s", step=0)), small)
     assert c.matrix_shape((3, 3)) is None and c.matrix_shape((64, 64)) == (64, 64, 4)
+
+
+def test_nan_warm_start_in_a_checkpoint_is_dropped_with_a_warning():
+    c = compressors.get("powersgd", rank=2)
+    m = gaussian((20, 12))
+    c.compress(m, name="w", step=0)
+    state = c.warm_state()
+    state["w"][0, 0] = np.nan
+    fresh = compressors.get("powersgd", rank=2)
+    with pytest.warns(RuntimeWarning, match="'w' holds NaN/Inf"):
+        fresh.load_warm_state(state)
+    y = fresh.decompress(fresh.compress(m, name="w", step=1))
+    assert np.isfinite(y).all()
+    np.testing.assert_array_equal(
+        y, compressors.get("powersgd", rank=2).decompress(
+            compressors.get("powersgd", rank=2).compress(m, name="w", step=1)))
+
+
+def test_bad_warm_starts_raise():
+    c = compressors.get("powersgd", rank=2)
+    for state, err, words in (([1, 2], TypeError, "dict of name"),
+                              ({"w": np.ones(5, np.float32)}, ValueError, "2-D float array"),
+                              ({"w": "q"}, ValueError, "2-D float array"),
+                              ({"w": np.ones((4, 3), np.int64)}, ValueError, "2-D float"),
+                              ({"w": np.ones((4, 3), np.float32)}, ValueError, "rank 3")):
+        with pytest.raises(err, match=words):
+            c.load_warm_state(state)
+    assert c.warm_state() == {}
+    c.load_warm_state({"w": np.ones((7, 2), np.float32)})
+    with pytest.raises(ValueError, match=r"warm start of 'w' is \[7, 2\].*needs \[12, 2\]"):
+        c.compress(gaussian((20, 12)), name="w", step=0)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+from mpi4py import MPI
 from torch import nn
 
 from collectives.ddp import init_from_mpi
@@ -31,6 +33,42 @@ class Net(nn.Module):
         h = torch.relu(self.conv(h)).transpose(1, 2)
         h = self.norm(h).reshape(len(x), -1)
         return self.fc2(torch.relu(self.fc1(h)))
+
+
+def local_grads(step: int) -> dict[str, torch.Tensor]:
+    """This rank's own gradients of ``step`` (the model of :func:`make`, no averaging)."""
+    torch.manual_seed(0)
+    net = Net()
+    x, y = batch(step)
+    nn.functional.cross_entropy(net(x), y).backward()
+    return {n: p.grad.detach().clone() for n, p in net.named_parameters()}
+
+
+def order_bound(step: int) -> dict[str, torch.Tensor]:
+    """Per element, how far two sums of ``step``'s averaged gradients can lie apart when
+    they add the same fp32 terms x_r = g_r * (1/P) in different orders (another algorithm,
+    another layout, another engine).
+
+    Any order of the P - 1 additions is within (P - 1) * u * sum_r |x_r| of the exact sum
+    (u = eps / 2, first order), so two orders are within (P - 1) * eps * sum_r |x_r| of each
+    other; a tenth more covers the second-order terms. At P <= 2 the bound is 0: a + b and
+    b + a are the same float.
+    """
+    size = WORLD.size
+    eps = float(np.finfo(np.float32).eps)
+    out = {}
+    for name, g in local_grads(step).items():
+        mine = (g * (1.0 / size)).abs().double().numpy()
+        total = np.empty_like(mine)
+        WORLD.Allreduce(mine, total, op=MPI.SUM)
+        k = 1.1 * (size - 1) if size > 2 else 0.0
+        out[name] = torch.from_numpy(k * eps * total).float()
+    return out
+
+
+def within(a: torch.Tensor, b: torch.Tensor, bound: torch.Tensor) -> bool:
+    """|a - b| <= bound everywhere (exact equality where the bound is 0)."""
+    return bool(((a.double() - b.double()).abs() <= bound.double()).all())
 
 
 def make(bucket_cap_mb: float = 25.0) -> nn.parallel.DistributedDataParallel:

@@ -103,6 +103,12 @@ def device_staging(chk: Checker) -> None:
         chk.check(rt.synced >= 2 and rt.d2h >= 2 and rt.h2d >= 2,
                   f"stream synchronized and staged (sync {rt.synced}, d2h {rt.d2h}, h2d {rt.h2d})")
         chk.check(rt.allocs == 1, f"pinned staging buffer reused ({rt.allocs} allocations)")
+        swapped = FakeDeviceArray(np.ones(8, np.dtype(np.float32).newbyteorder("S")))
+        try:
+            collectives.allreduce(swapped, algorithm="ring")
+            chk.check(False, "device array of the other byte order accepted")
+        except ValueError as exc:
+            chk.check("byte order" in str(exc), f"device byte order: {exc}")
     finally:
         device.set_runtime(None)
 
@@ -227,10 +233,77 @@ def bad_input(chk: Checker) -> None:
     chk.check(bool((collectives.broadcast(np.full(3, R), root=0) == 0).all()), "usable after")
 
 
+def _same(chk: Checker, got: object, want: np.ndarray, dtype: np.dtype, what: str) -> None:
+    ok = isinstance(got, np.ndarray) and got.dtype == dtype and np.array_equal(got, want)
+    chk.check(ok, f"{what}: got {getattr(got, 'dtype', got)} "
+                  f"{np.asarray(got).reshape(-1)[:4] if got is not None else None}, "
+                  f"want {dtype} {want.reshape(-1)[:4]}")
+
+
+def byte_order(chk: Checker) -> None:
+    """Arrays of the other byte order are reduced by value and handed back in that order."""
+    for code in ("f4", "f8", "i4", "f2"):
+        native = np.dtype(code)
+        other = native.newbyteorder("S")
+        x = (np.arange(12) % 5 + R + 1).astype(other)  # small integers: exact sums
+        want = sum((np.arange(12) % 5 + r + 1) for r in range(P)).astype(native)
+        for algo in OURS + ["mpi"]:
+            y = chk.run(f"{code} {algo}", collectives.allreduce, x, algorithm=algo)
+            _same(chk, y, want, other, f"{other.str} allreduce {algo}")
+        out = np.empty_like(x)
+        y = chk.run(f"{code} out", collectives.allreduce, x, algorithm="ring", out=out)
+        _same(chk, out, want, other, f"{other.str} allreduce into out")
+        inplace = x.copy()
+        chk.run(f"{code} in place", collectives.allreduce, inplace, algorithm="ring",
+                out=inplace)
+        _same(chk, inplace, want, other, f"{other.str} allreduce in place")
+        mine = collectives.reduce_scatter(x, counts=[12] + [0] * (P - 1))
+        _same(chk, mine, want if R == 0 else want[:0], other, f"{other.str} reduce_scatter")
+        gathered = np.concatenate([(np.arange(12) % 5 + r + 1) for r in range(P)])
+        _same(chk, collectives.allgather(x), gathered.astype(native), other,
+              f"{other.str} allgather")
+        b = x.copy()
+        collectives.broadcast(b, root=0)
+        _same(chk, b, (np.arange(12) % 5 + 1).astype(native), other, f"{other.str} broadcast")
+        if native.kind != "f":
+            continue
+        for spec in ("none", "fp16", "uniform:bits=8", "topk:ratio=1.0"):
+            y = chk.run(f"{code} {spec}", collectives.allreduce, x, compressor=spec,
+                        algorithm="ring", sparse_algorithm="ssar_split_allgather",
+                        scheme="sparse" if spec.startswith("topk") else "allgather")
+            close = y is not None and y.dtype == other and np.allclose(
+                y.astype(np.float64), want.astype(np.float64), rtol=0.05, atol=0.05 * P)
+            chk.check(close, f"{other.str} compressed {spec}: {y}")
+    idx = np.array([1, 3], np.dtype("i8").newbyteorder("S"))
+    y = collectives.sparse_allreduce(idx, np.ones(2, np.dtype("f4").newbyteorder("S")), 5)
+    chk.check(np.array_equal(y, [0, P, 0, P, 0]), f"sparse_allreduce of the other order: {y}")
+
+
+def read_only(chk: Checker) -> None:
+    """Inputs that are only read may be read-only; a read-only destination is refused."""
+    x = np.full(10, R + 1, np.float32)
+    x.setflags(write=False)
+    want = np.full(10, P * (P + 1) / 2, np.float32)
+    _same(chk, chk.run("read-only plain", collectives.allreduce, x, algorithm="ring"), want,
+          np.dtype(np.float32), "read-only input, plain")
+    for spec in ("none", "fp16", "uniform:bits=8", "topk:ratio=1.0"):
+        y = chk.run(f"read-only {spec}", collectives.allreduce, x, compressor=spec,
+                    algorithm="ring", sparse_algorithm="ssar_split_allgather")
+        chk.check(y is not None and np.allclose(y, want, rtol=0.05), f"read-only {spec}: {y}")
+    for what, call in (("out", lambda: collectives.allreduce(np.ones(10, np.float32), out=x)),
+                       ("in place", lambda: collectives.allreduce(x, out=x))):
+        try:
+            call()
+            chk.check(False, f"read-only {what} accepted")
+        except ValueError as exc:
+            chk.check("read-only" in str(exc), f"read-only {what}: {exc}")
+
+
 def main() -> None:
     chk = Checker("features")
     for part in (sub_communicators, torch_views, nonblocking, building_blocks, device_staging,
-                 device_compressed, device_direct, auto_and_errors, bad_input):
+                 device_compressed, device_direct, auto_and_errors, bad_input, byte_order,
+                 read_only):
         chk.run(part.__name__, part, chk)
     chk.finish()
 

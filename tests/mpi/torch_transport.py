@@ -56,12 +56,17 @@ def main() -> None:
 
 def staged(chk: Checker) -> None:
     """Messages staged through engine-side tensors and matched in posting order, as on NCCL
-    (staged here through CPU tensors): the same results as the plain transport, bit for bit."""
+    (staged here through CPU tensors): the same results as the plain transport, bit for bit.
+    Both sides name the algorithm and the scheme: each communicator fits its own cost model
+    (here two far apart, as on two machines), and "auto" could pick differently."""
     from collectives.config import defaults
+    from collectives.costmodel import CostParams
 
-    plain = collectives.as_communicator(dist.group.WORLD)
+    plain = TorchCommunicator(dist.new_group(list(range(P))))  # a cost model of its own
     ordered = TorchCommunicator(dist.new_group(list(range(P))), stage_device="cpu")
     ordered.matches_by_tag = False
+    plain._cost_params = CostParams(alpha=1e-3, beta=1e-11, gamma=1e-12)  # latency-bound
+    ordered._cost_params = CostParams(alpha=1e-9, beta=1e-6, gamma=1e-12)  # bandwidth-bound
     x = (torch.arange(100_003, dtype=torch.float32) * (R + 1) % 13) - 6
     for algo in ("ring", "tree", "recursive_doubling", "rabenseifner", "torch"):
         a = collectives.allreduce(x, algorithm=algo, comm=plain)
@@ -70,9 +75,13 @@ def staged(chk: Checker) -> None:
     saved = defaults.compressed_segment_bytes
     defaults.compressed_segment_bytes = 4096  # segments interleave where tags allow it
     try:
-        for spec in ("uniform:bits=4", "topk:ratio=0.05", "fp16"):
-            a = collectives.allreduce(x, compressor=spec, comm=plain)
-            b = collectives.allreduce(x, compressor=spec, comm=ordered)
+        # (not reduce_scatter_allgather: where tags allow, it splits the call into segments
+        # that quantize their own blocks; in posting order it sends one)
+        for spec, scheme in (("uniform:bits=4", "allgather"), ("topk:ratio=0.05", "allgather"),
+                             ("fp16", "dense")):
+            pin = {"scheme": scheme, "algorithm": "ring"}
+            a = collectives.allreduce(x, compressor=spec, comm=plain, **pin)
+            b = collectives.allreduce(x, compressor=spec, comm=ordered, **pin)
             chk.check(torch.equal(a, b), f"staged, in posting order: {spec}")
     finally:
         defaults.compressed_segment_bytes = saved

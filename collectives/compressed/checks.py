@@ -1,0 +1,81 @@
+"""What a compressed allreduce checks before it runs: locally (feedback, algorithm names) and
+across ranks (the fields every rank must pass alike, see ``collectives.validation``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from compressors import Compressor, ErrorFeedback
+
+from .. import ops
+from ..algorithms import get as get_algorithm
+from ..algorithms import names as algorithm_names
+from ..dtypes import DType
+from ..sparse import ALGORITHMS as SPARSE_ALGORITHMS
+from ..validation import digest
+from . import SCHEMES, compressor_digest
+
+
+def _spec(comp: Compressor) -> str:
+    return f"{comp.name}:{comp.params}"
+
+
+def _text(comp: Compressor) -> str:
+    opts = ",".join(f"{k}={v}" for k, v in comp.params.items())
+    return f"{comp.name}:{opts}" if opts else comp.name
+
+
+def check_feedback(feedback: ErrorFeedback | None, comp: Compressor) -> None:
+    """A feedback must wrap the call's compressor: its residuals are what that one dropped."""
+    if feedback is None:
+        return
+    own = feedback.compressor
+    if not isinstance(own, Compressor) or own.name != comp.name or own.params != comp.params:
+        mine = _spec(own) if isinstance(own, Compressor) else repr(own)
+        raise ValueError(
+            f"{type(feedback).__name__} was built for {mine}, but the call compresses with "
+            f"{_spec(comp)}; build it with the call's compressor, e.g. "
+            f"{type(feedback).__name__}(compressors.get({_text(comp)!r}))"
+        )
+
+
+def check_algorithms(algorithm: str, sparse_algorithm: str, k: int | None) -> None:
+    """Unknown names raise here, on the rank that passed them, before any message."""
+    if algorithm != "auto":
+        get_algorithm(algorithm)
+    if sparse_algorithm != "auto" and sparse_algorithm not in SPARSE_ALGORITHMS:
+        raise ValueError(f"unknown sparse algorithm {sparse_algorithm!r}; available: auto, "
+                         f"{', '.join(SPARSE_ALGORITHMS)}")
+    if k is not None and (not isinstance(k, int | np.integer) or k < 0):
+        raise ValueError(f"k must be a non-negative int (entries gtopk keeps), got {k!r}")
+
+
+def feedback_digest(feedback: ErrorFeedback | None) -> int:
+    """0 without feedback, else a fingerprint of its kind and settings (they decide whether
+    the fused kernel runs, and with it how a tensor is cut into pipelined segments)."""
+    if feedback is None:
+        return 0
+    settings = (feedback.beta, feedback.gamma, getattr(feedback, "momentum", None))
+    return digest(f"{type(feedback).__qualname__}:{settings}") or 1
+
+
+def fields(comp: Compressor, feedback: ErrorFeedback | None, scheme: str, op: str,
+           algorithm: str, sparse_algorithm: str, k: int | None, name: str | None, step: int,
+           count: int, dtype: DType) -> dict[str, int]:
+    """Every argument that changes what the ranks exchange, as ints every rank must share."""
+    out = {
+        "element count": count,
+        "dtype": dtype.code,
+        "op": ops.SUPPORTED_OPS.index(op),
+        "scheme": -1 if scheme == "auto" else list(SCHEMES).index(scheme),
+        "compressor and its parameters": compressor_digest(comp),
+        "error feedback (kind and settings)": feedback_digest(feedback),
+        "algorithm": -1 if algorithm == "auto" else algorithm_names().index(algorithm),
+        "sparse_algorithm": -1 if sparse_algorithm == "auto"
+        else list(SPARSE_ALGORITHMS).index(sparse_algorithm),
+        "k": -1 if k is None else k,
+    }
+    if comp.capabilities.needs_shared_seed:  # the same random choices on every rank
+        out["name (it seeds the shared random choices)"] = digest(name or "buffer")
+        out["step (it seeds the shared random choices)"] = step
+    return out

@@ -1,0 +1,32 @@
+"""Ranks that must agree, and identity twins that must be drop-ins, under mpiexec."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.mpirun import run
+
+pytestmark = pytest.mark.mpi
+
+
+def _passed(res, name: str) -> None:
+    m = re.search(rf"{name}: np=\d+ cases=(\d+) FAILURES (\d+)", res.stdout)
+    assert m, f"no summary line from {name}:\n{res.stdout[-4000:]}"
+    assert res.returncode == 0 and m.group(2) == "0", res.stdout[-6000:]
+    assert int(m.group(1)) > 0
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_every_rank_raises_when_one_rank_passes_another_value(np_: int) -> None:
+    # Each call's own deadline is 20 s; the launcher's covers a whole matrix that hangs.
+    _passed(run("mismatch.py", np_, timeout=120), "mismatch")
+
+
+def test_every_rank_raises_on_a_torch_distributed_group() -> None:
+    _passed(run("mismatch.py", 3, "--torch", timeout=180), "mismatch")
+
+
+def test_feedback_twins_through_every_scheme_and_compressor() -> None:
+    _passed(run("twins.py", 3, timeout=200), "twins")
