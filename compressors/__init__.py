@@ -38,7 +38,7 @@ from .errors import PayloadError
 from .feedback import DGCFeedback, ErrorFeedback, NoErrorFeedback
 from .halfprec import BF16, FP16
 from .none import NoCompression
-from .payload import FORMAT_VERSION, Payload
+from .payload import FORMAT_VERSION, Payload, set_checksum
 from .powersgd import PowerSGD, PowerSGDContext
 from .qsgd import QSGD
 from .randomk import RandomK
@@ -55,6 +55,7 @@ __all__ = [
     "Compressor", "ErrorFeedback", "NoCompression", "NoErrorFeedback", "Payload", "PayloadError",
     "PowerSGD", "PowerSGDContext", "RandomK", "Sign", "TernGrad", "Threshold", "TopK", "Uniform",
     "available", "compressor_for", "decompress", "derive_seed", "get", "register",
+    "set_checksum",
 ]
 
 

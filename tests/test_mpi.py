@@ -7,16 +7,11 @@ import time
 
 import pytest
 
+from tests.mpirun import passed as _passed
 from tests.mpirun import run
 
 pytestmark = pytest.mark.mpi
 
-
-def _passed(res, name: str) -> None:
-    m = re.search(rf"{name}: np=\d+ cases=(\d+) FAILURES (\d+)", res.stdout)
-    assert m, f"no summary line from {name}:\n{res.stdout[-4000:]}"
-    assert res.returncode == 0 and m.group(2) == "0", res.stdout[-6000:]
-    assert int(m.group(1)) > 0
 
 
 @pytest.mark.parametrize("np_", [1, 2, 3, 4, 5, 7, 8])

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.mpirun import passed as _passed
 from tests.mpirun import run
-from tests.test_mpi import _passed
 
 pytestmark = pytest.mark.mpi
 

@@ -19,6 +19,7 @@ from collectives import CollectiveTimeout
 from collectives.errors import CommunicatorUnusable
 from collectives.transport.base import Request, wait_all
 from collectives.transport.mpi import MPICommunicator
+from tests.mpirun import passed as _passed
 from tests.mpirun import run
 
 BAD = [float("nan"), float("inf"), -1, 0, -0.5]
@@ -93,12 +94,6 @@ def test_a_fresh_communicator_is_usable_and_requests_name_their_owner() -> None:
     comm.comm.Recv([np.empty(2), MPI.DOUBLE], 0, 3)
     wait_all([req], collective="test", timeout=5)
 
-
-def _passed(res, name: str) -> None:
-    m = re.search(rf"{name}: np=\d+ cases=(\d+) FAILURES (\d+)", res.stdout)
-    assert m, f"no summary line from {name}:\n{res.stdout[-4000:]}"
-    assert res.returncode == 0 and m.group(2) == "0", res.stdout[-6000:]
-    assert int(m.group(1)) > 0
 
 
 @pytest.mark.mpi

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from compressors import Compressor, ErrorFeedback
+from compressors.payload import checksum_enabled
 
 from .. import ops
 from ..algorithms import get as get_algorithm
@@ -74,6 +75,8 @@ def fields(comp: Compressor, feedback: ErrorFeedback | None, scheme: str, op: st
         "sparse_algorithm": -1 if sparse_algorithm == "auto"
         else list(SPARSE_ALGORITHMS).index(sparse_algorithm),
         "k": -1 if k is None else k,
+        # payload sizes count the checksum (compressors.payload.set_checksum)
+        "payload checksum (compressors.payload.set_checksum)": int(checksum_enabled()),
     }
     if comp.capabilities.needs_shared_seed:  # the same random choices on every rank
         out["name (it seeds the shared random choices)"] = digest(name or "buffer")
