@@ -5,10 +5,11 @@ from . import (
     bench_compressed,
     bench_compressors,
     bench_train,
+    bench_tta,
     doctor,
     emulate,
     model,
 )
 
-__all__ = ["bench_allreduce", "bench_compressed", "bench_compressors", "bench_train", "doctor",
-           "emulate", "model"]
+__all__ = ["bench_allreduce", "bench_compressed", "bench_compressors", "bench_train",
+           "bench_tta", "doctor", "emulate", "model"]

@@ -1,8 +1,14 @@
 """Models and data for ``compcoll bench train``: nothing is downloaded.
 
 * ``cnn``: a small CNN on scikit-learn's ``load_digits`` (1797 8x8 images shipped with it).
+* ``mlp-wide``: an MLP on the same digits, 6.4M parameters in three big matrices.
 * ``lm`` / ``lm-large``: a byte-level causal transformer on the Python standard library's own
   source files (``sysconfig.get_paths()["stdlib"]``); ``lm-large`` has > 10M parameters.
+* ``embed``: next-byte prediction on the same text from hashed 1-, 2- and 3-byte contexts:
+  4.2M of its 4.3M parameters are one embedding table, of which a step touches a few rows.
+
+Each task declares its metric: accuracy (higher is better) or bits per byte on held-out text
+(lower is better; ``HIGHER_IS_BETTER``).
 
 Every random choice (initial weights, batches) comes from a generator seeded from (seed,
 step, rank); the global RNG is not touched.
@@ -22,6 +28,8 @@ from torch import nn
 
 LM_SIZES = {"lm": dict(d=64, layers=2, heads=4), "lm-large": dict(d=512, layers=4, heads=8)}
 CONTEXT = 64
+MODELS = ["cnn", "mlp-wide", *LM_SIZES, "embed"]
+HIGHER_IS_BETTER = {"accuracy": True, "bits_per_byte": False}
 
 
 class DigitsCNN(nn.Module):
@@ -36,6 +44,38 @@ class DigitsCNN(nn.Module):
         h = torch.relu(self.conv2(torch.relu(self.conv1(x))))
         h = nn.functional.max_pool2d(h, 2).flatten(1)
         return self.fc2(torch.relu(self.fc1(h)))
+
+
+class WideMLP(nn.Module):
+    """64 -> 2048 -> 2048 -> 1024 -> 10: almost every parameter in three large matrices."""
+
+    def __init__(self, widths: tuple[int, ...] = (64, 2048, 2048, 1024, 10)) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Flatten()]
+        for i, (a, b) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+            layers += [nn.Linear(a, b)] + ([nn.ReLU()] if i < len(widths) - 2 else [])
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class HashedContext(nn.Module):
+    """Next byte from the sum of the embeddings of the last 1, 2 and 3 bytes, each hashed into
+    one shared table of ``buckets`` rows, then a small MLP head."""
+
+    def __init__(self, buckets: int = 1 << 16, d: int = 64) -> None:
+        super().__init__()
+        self.buckets = buckets
+        self.table = nn.Embedding(buckets, d)
+        self.head = nn.Sequential(nn.Linear(d, 4 * d), nn.ReLU(), nn.Linear(4 * d, 256))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pad = nn.functional.pad(x, (2, 0), value=256)  # 256: "before the start", not a byte
+        b0, b1, b2 = pad[:, 2:], pad[:, 1:-1], pad[:, :-2]
+        # Distinct odd multipliers per context length spread the contexts over the table.
+        ids = torch.stack([b0, b0 * 257 + b1 + 7919, (b0 * 257 + b1) * 257 + b2 + 104729], -1)
+        return self.head(self.table((ids * 2654435761) % self.buckets).sum(-2))
 
 
 class ByteLM(nn.Module):
@@ -82,9 +122,13 @@ class Task:
         out = model(x)
         return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
 
+    @property
+    def higher_is_better(self) -> bool:
+        return HIGHER_IS_BETTER[self.metric]
+
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> float:
-        """Test accuracy (cnn) or bits per byte on held-out text (lm)."""
+        """Test accuracy (digits) or bits per byte on held-out text."""
         model.eval()
         try:
             if self.metric == "accuracy":
@@ -106,7 +150,7 @@ def _seeded(factory: Any, seed: int) -> Any:
     return make
 
 
-def digits(seed: int) -> Task:
+def digits(seed: int, name: str = "cnn") -> Task:
     try:
         from sklearn.datasets import load_digits
     except ImportError:
@@ -117,7 +161,8 @@ def digits(seed: int) -> Task:
     y = torch.tensor(data.target, dtype=torch.int64)
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
     tr, te = order[:1500], order[1500:]
-    return Task("cnn", _seeded(DigitsCNN, seed), (x[tr], y[tr]), (x[te], y[te]), "accuracy")
+    factory = {"cnn": DigitsCNN, "mlp-wide": WideMLP}[name]
+    return Task(name, _seeded(factory, seed), (x[tr], y[tr]), (x[te], y[te]), "accuracy")
 
 
 def stdlib_text(limit: int) -> np.ndarray:
@@ -136,14 +181,13 @@ def stdlib_text(limit: int) -> np.ndarray:
 def language(name: str, seed: int, nbytes: int = 1 << 20) -> Task:
     text = torch.from_numpy(stdlib_text(nbytes).astype(np.int64))
     cut = int(len(text) * 0.95)
-    size = LM_SIZES[name]
-    return Task(name, _seeded(lambda: ByteLM(**size), seed), text[:cut], text[cut:],
-                "bits_per_byte")
+    factory = HashedContext if name == "embed" else lambda: ByteLM(**LM_SIZES[name])
+    return Task(name, _seeded(factory, seed), text[:cut], text[cut:], "bits_per_byte")
 
 
 def task(name: str, seed: int) -> Task:
-    if name == "cnn":
-        return digits(seed)
-    if name in LM_SIZES:
+    if name in ("cnn", "mlp-wide"):
+        return digits(seed, name)
+    if name in LM_SIZES or name == "embed":
         return language(name, seed)
-    raise ValueError(f"unknown model {name!r}; choose cnn, lm or lm-large")
+    raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")

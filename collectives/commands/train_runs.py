@@ -1,4 +1,11 @@
-"""The runs of ``compcoll bench train``: PyTorch's own hooks and ours, one registry."""
+"""The runs of ``compcoll bench train`` and ``bench tta``: PyTorch's own hooks and ours, one
+registry.
+
+PyTorch's: ``ddp`` (no hook), ``fp16`` and ``bf16`` (``fp16_compress_hook``,
+``bf16_compress_hook``), ``powersgd`` and ``powersgd1`` (``powerSGD_hook``, rank 4 and 1).
+Ours (``collectives.ddp``, error feedback on): ``int8+ef``, ``int4+ef`` (uniform 8 and 4
+bits), ``topk+ef`` (top-k 1%), ``powersgd+ef`` (rank 4) and ``auto`` (the automatic policy).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +18,11 @@ RUNS: dict[str, Callable[[Any, Any], Any]] = {}
 #: Runs that need one DDP bucket whatever --bucket-mb. PyTorch's powerSGD_hook waits for a
 #: collective inside a future callback, i.e. on one of gloo's worker threads; with several
 #: buckets those threads all wait and none is left to run the collectives (deadlock), so its
-#: run gets one bucket (a cap larger than any model here) on gloo.
-ONE_BUCKET = {"powersgd": 1e4}
+#: runs get one bucket (a cap larger than any model here) on gloo.
+ONE_BUCKET = {"powersgd": 1e4, "powersgd1": 1e4}
+
+#: The matrix rank of PyTorch's PowerSGD runs.
+POWERSGD_RANK = {"powersgd": 4, "powersgd1": 1}
 
 
 def run(name: str) -> Callable[[Callable[[Any, Any], Any]], Callable[[Any, Any], Any]]:
@@ -35,14 +45,30 @@ def _fp16(model: Any, args: Any) -> None:
     model.register_comm_hook(None, default_hooks.fp16_compress_hook)
 
 
-@run("powersgd")
-def _powersgd(model: Any, args: Any) -> None:
-    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
+@run("bf16")
+def _bf16(model: Any, args: Any) -> None:
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    state = ps.PowerSGDState(process_group=None, matrix_approximation_rank=4,
-                             start_powerSGD_iter=args.start_step, min_compression_rate=2,
-                             random_seed=args.seed)
-    model.register_comm_hook(state, ps.powerSGD_hook)
+    # PyTorch's hook through another name: DDP refuses bf16_compress_hook by its name unless
+    # NCCL or XCCL is there, though its bfloat16 allreduce runs on gloo too (and DDP checks
+    # a hook's annotations, so this one has none).
+    model.register_comm_hook(None, lambda state, bucket: default_hooks.bf16_compress_hook(
+        state, bucket))
+
+
+def _torch_powersgd(rank: int) -> Callable[[Any, Any], None]:
+    def register(model: Any, args: Any) -> None:
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
+
+        state = ps.PowerSGDState(process_group=None, matrix_approximation_rank=rank,
+                                 start_powerSGD_iter=args.start_step, min_compression_rate=2,
+                                 random_seed=args.seed)
+        model.register_comm_hook(state, ps.powerSGD_hook)
+    return register
+
+
+for _name, _rank in POWERSGD_RANK.items():
+    RUNS[_name] = _torch_powersgd(_rank)
 
 
 def _ours(policy: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
@@ -65,7 +91,9 @@ def _ours(policy: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
 
 
 RUNS["int8+ef"] = _ours(lambda args: "uniform:bits=8")
+RUNS["int4+ef"] = _ours(lambda args: "uniform:bits=4")
 RUNS["topk+ef"] = _ours(lambda args: "topk:ratio=0.01")
+RUNS["powersgd+ef"] = _ours(lambda args: "powersgd:rank=4")
 
 
 def _auto(args: Any) -> Any:
@@ -95,9 +123,9 @@ def init_gloo(comm: Any, emulated: bool, timeout: float = 300.0) -> None:
 
 def payload_bytes(name: str, model: Any, state: Any) -> int:
     """Bytes each rank contributes per step once compression is on (before the scheme's
-    own traffic): fp32 for ddp, fp16, PowerSGD's P and Q (rank 4; matrices where that is at
-    least a 2x saving, as PyTorch's min_compression_rate=2), and for ours the payload of
-    every group under the current decisions."""
+    own traffic): fp32 for ddp, 16 bits for fp16 and bf16, PowerSGD's P and Q (matrices where
+    that is more than a 2x saving, as PyTorch's min_compression_rate=2), and for ours the
+    payload of every group under the current decisions."""
     params = [p for p in model.parameters() if p.requires_grad]
     if state is not None:
         total = 0
@@ -106,15 +134,15 @@ def payload_bytes(name: str, model: Any, state: Any) -> int:
                 size = state.compressor(g.spec).payload_nbytes(g.shape or g.numel)
                 total += 4 * g.numel if size is None else size
         return total
-    if name == "fp16":
+    if name in ("fp16", "bf16"):
         return sum(2 * p.numel() for p in params)
-    if name == "powersgd":
+    if name in POWERSGD_RANK:
         total = 0
         for p in params:
             n = p.shape[0] if p.dim() >= 2 else 0
             m = p.numel() // n if n else 0
-            r = min(4, n, m)
-            small = n and (n + m) * r * 2 <= n * m
+            r = min(POWERSGD_RANK[name], n, m)
+            small = n and (n + m) * r * 2 < n * m
             total += 4 * (n + m) * r if small else 4 * p.numel()
         return total
     return sum(4 * p.numel() for p in params)

@@ -68,8 +68,9 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
         if policy.adaptive and policy.wants_profile(step):  # type: ignore[attr-defined]
             for j, (p, g) in enumerate(zip(params, grads, strict=True)):
                 lay = state.layer(p, f"bucket{index}/{j}")
-                policy.observe(step, lay, g.detach().cpu().numpy().copy(),  # type: ignore
-                               index)
+                if policy.wants_profile(step, lay.name):  # type: ignore[attr-defined]
+                    policy.observe(step, lay, g.detach().cpu().numpy().copy(),  # type: ignore
+                                   index)
         # Inputs first, span groups last (they zero the others' ranges once copied out);
         # collectives in the groups' order, a span group first (it writes its whole span).
         views = {id(g): g.view(buf) for g in sorted(groups, key=lambda g: bool(g.holes))}
@@ -84,7 +85,7 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
     record["launched"] = time.perf_counter()
     state.timeline.append(record)
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    after = _norm_observer(state, step) if state.policy.adaptive else None
+    after = _norm_observer(state, step, index) if state.policy.adaptive else None
     state._worker.submit(Job(fut, buf, parts, record, after))
     return fut
 
@@ -106,7 +107,7 @@ def _start(state: CompressionState, comm: Any, g: Any, x: Any, step: int, st: di
     return h
 
 
-def _norm_observer(state: CompressionState, step: int) -> Any:
+def _norm_observer(state: CompressionState, step: int, index: int) -> Any:
     def observe(buf: Any) -> None:
         # This runs before the bucket's future is set. A device bucket is reduced where it is
         # (no copy to the host); a host bucket by one single-threaded pass of the C++ kernel
@@ -121,5 +122,5 @@ def _norm_observer(state: CompressionState, step: int) -> Any:
             raw = flat.view(torch.int16) if dtype.name == "bfloat16" else flat
             sq = ops.sum_squares(raw.numpy().view(dtype.raw), dtype)
         if np.isfinite(sq):  # a skipped (non-finite) step says nothing about the regime
-            state.policy.observe_norm(step, sq)  # type: ignore[attr-defined]
+            state.policy.observe_norm(step, sq, index)  # type: ignore[attr-defined]
     return observe

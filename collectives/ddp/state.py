@@ -125,6 +125,9 @@ class CompressionState:
             self._release(cached[1])
         by_spec: dict[str, list[int]] = {}
         layers = [self.layer(p, f"bucket{index}/{j}") for j, p in enumerate(params)]
+        if self.policy.adaptive:  # the layout its measurements are keyed by
+            self.policy.see_bucket(index, layers,  # type: ignore[attr-defined]
+                                   [str(p.dtype) for p in params])
         out = []
         for j, lay in enumerate(layers):
             spec = self.policy.choose(lay)

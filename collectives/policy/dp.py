@@ -29,6 +29,8 @@ def solve(times: list[list[float]], errors: list[list[float]], budget: float,
         new = np.full(bins + 1, inf)
         pick = np.full(bins + 1, -1, dtype=np.int64)
         for c, (t, e) in enumerate(zip(t_l, e_l, strict=True)):
+            if not t < inf:  # an option ruled out
+                continue
             if e <= 0:
                 cost = 0
             elif unit == 0:
@@ -37,10 +39,10 @@ def solve(times: list[list[float]], errors: list[list[float]], budget: float,
                 cost = math.ceil(e / unit - 1e-12)
             if cost > bins:
                 continue
-            cand = np.full(bins + 1, inf)
-            cand[cost:] = best[:bins + 1 - cost] + t
-            better = cand < new
-            new[better], pick[better] = cand[better], c
+            cand = best[:bins + 1 - cost] + t
+            tail, tail_pick = new[cost:], pick[cost:]  # views: written through
+            better = cand < tail
+            tail[better], tail_pick[better] = cand[better], c
         choices.append(pick)
         best = new
     if not math.isfinite(best[bins]):

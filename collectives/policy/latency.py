@@ -49,31 +49,45 @@ def plain_first(seconds: dict[str, float]) -> dict[str, float]:
 def medians(comm: Any, cands: tuple[str, ...], plain: str | None = None, *,
             size: int = SIZE, repeats: int = REPEATS,
             timeout: float | None = None) -> np.ndarray:
-    """This rank's median nanoseconds per candidate over ``repeats`` calls after a warm-up.
+    """This rank's median nanoseconds per candidate over ``repeats`` calls after a warm-up
+    (:func:`one_round` ``repeats + 1`` times)."""
+    runs = np.stack([one_round(comm, cands, plain, step, size=size, timeout=timeout)
+                     for step in range(repeats + 1)])
+    return nanoseconds(runs)
+
+
+def nanoseconds(runs: np.ndarray) -> np.ndarray:
+    """The median of rounds of seconds (one row per round) after the first (the warm-up),
+    in integer nanoseconds."""
+    return (np.median(runs[1:], axis=0) * 1e9).astype(np.int64)
+
+
+def one_round(comm: Any, cands: tuple[str, ...], plain: str | None, step: int, *,
+              size: int = SIZE, timeout: float | None = None) -> np.ndarray:
+    """This rank's seconds of one allreduce of ``size`` float32 elements per candidate
+    (collective).
 
     "none" goes the way the hook sends uncompressed groups (``plain``: the algorithm, None
     for the communicator's engine); the others through the compressed allreduce, scheme
-    "auto", no error feedback, no validation.
+    "auto", no error feedback, no validation. Round-robin over the candidates: a burst of
+    load on shared cores hits them alike.
     """
     # Each rank its own values, drawn from its rank: sparse unions grow as in training.
     x = np.random.default_rng(comm.rank).standard_normal(size).astype(np.float32)
     side = int(size ** 0.5)
-    comps = [compressors.get(spec) for spec in cands]  # fresh: the hook's warm starts stay
-    bufs = [x[:side * side].reshape(side, side) if c.capabilities.allreduce_steps else x
-            for c in comps]  # low-rank methods compress matrices
-    runs = np.zeros((repeats + 1, len(cands)))
-    # Round-robin over the candidates: a burst of load on shared cores hits them alike.
-    for step in range(repeats + 1):
-        for j, (spec, comp, buf) in enumerate(zip(cands, comps, bufs, strict=True)):
-            t0 = time.perf_counter()
-            if spec == "none":
-                api.allreduce(buf, comm=comm, algorithm=plain or comm.engine, validate=False,
-                              timeout=timeout)
-            else:
-                api.allreduce(buf, comm=comm, compressor=comp, scheme="auto", name=PROBE,
-                              step=step, validate=False, timeout=timeout)
-            runs[step, j] = time.perf_counter() - t0
-    return (np.median(runs[1:], axis=0) * 1e9).astype(np.int64)  # row 0: the warm-up
+    out = np.zeros(len(cands))
+    for j, spec in enumerate(cands):
+        comp = compressors.get(spec)  # fresh: the hook's warm starts stay
+        buf = x[:side * side].reshape(side, side) if comp.capabilities.allreduce_steps else x
+        t0 = time.perf_counter()
+        if spec == "none":
+            api.allreduce(buf, comm=comm, algorithm=plain or comm.engine, validate=False,
+                          timeout=timeout)
+        else:
+            api.allreduce(buf, comm=comm, compressor=comp, scheme="auto", name=PROBE,
+                          step=step, validate=False, timeout=timeout)
+        out[j] = time.perf_counter() - t0
+    return out
 
 
 def slowest(comm: Any, cands: tuple[str, ...], mine: np.ndarray,

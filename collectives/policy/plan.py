@@ -68,22 +68,27 @@ def prune(body: list[list[float]], errors: list[list[float]],
 
 def plan(cands: tuple[str, ...], body: list[list[float]], errors: list[list[float]],
          budget: float, bins: int, fixed: list[float], buckets: list[Hashable],
-         min_gain: float = 0.0, margin: float = 0.0) -> tuple[list[int], float]:
+         min_gain: float = 0.0, margin: float = 0.0,
+         alone: frozenset[int] = frozenset()) -> tuple[list[int], float]:
     """Per-layer choice and its predicted step time, counting fusion.
 
     Layers of one bucket that share a compressor travel in one collective, so candidate c's
     fixed cost ``fixed[c]`` (seconds per collective, see ``latency``) is paid once per bucket
     that uses it (``buckets[i]`` names layer i's bucket), and ``body[i][c]`` (see
-    :func:`bodies`) once per layer. The dynamic program runs on each subset of candidates,
-    on the bodies :func:`prune` keeps; then :func:`regroup` moves whole groups within their
-    bucket while that saves collectives. Of these plans, the one of least error among those
-    not clearly slower than the fastest (``min_gain``, ``margin``: :func:`clear`) wins: more
-    error is taken only for a gain that timing noise cannot explain.
+    :func:`bodies`) once per layer; a candidate in ``alone`` (PowerSGD: each matrix is its
+    own pair of collectives) pays its fixed cost once per layer. The dynamic program runs on
+    each subset of candidates, on the bodies :func:`prune` keeps; then :func:`regroup` moves
+    whole groups within their bucket while that saves collectives. Of these plans, the one of
+    least error among those not clearly slower than the fastest (``min_gain``, ``margin``:
+    :func:`clear`) wins: more error is taken only for a gain that timing noise cannot explain.
     """
     n, base = len(cands), cands.index("none") if "none" in cands else None
     kept = prune(body, errors, min_gain, margin)
-    subsets = [[c for c in range(n) if mask >> c & 1] for mask in range(1, 1 << n)] \
-        if n <= 8 else [list(range(n))]
+    # Subsets of the candidates some layer may use: one that adds an unusable candidate
+    # would plan the same as without it.
+    usable = [c for c in range(n) if any(math.isfinite(row[c]) for row in kept)]
+    subsets = [[c for j, c in enumerate(usable) if mask >> j & 1]
+               for mask in range(1, 1 << len(usable))] if len(usable) <= 8 else [usable]
     plans: list[tuple[float, float, list[int]]] = []
     for sub in subsets:
         allowed = set(sub)
@@ -92,8 +97,9 @@ def plan(cands: tuple[str, ...], body: list[list[float]], errors: list[list[floa
             pick = solve(masked, errors, budget, bins)
         except ValueError:  # this subset cannot meet the budget (the one of "none" can)
             continue
-        pick = regroup(pick, body, errors, fixed, buckets, budget, min_gain, base, margin)
-        plans.append((step_time(pick, body, fixed, buckets),
+        pick = regroup(pick, body, errors, fixed, buckets, budget, min_gain, base, margin,
+                       alone)
+        plans.append((step_time(pick, body, fixed, buckets, alone),
                       sum(errors[i][c] for i, c in enumerate(pick)), pick))
     assert plans
     fastest = min(total for total, _, _ in plans)
@@ -103,36 +109,47 @@ def plan(cands: tuple[str, ...], body: list[list[float]], errors: list[list[floa
 
 
 def step_time(pick: list[int], body: list[list[float]], fixed: list[float],
-              buckets: list[Hashable]) -> float:
-    """Predicted seconds of a plan: every layer's body, every (bucket, compressor) once."""
-    pairs = {(buckets[i], c) for i, c in enumerate(pick)}
-    return sum(body[i][c] for i, c in enumerate(pick)) + sum(fixed[c] for _, c in pairs)
+              buckets: list[Hashable], alone: frozenset[int] = frozenset()) -> float:
+    """Predicted seconds of a plan: every layer's body, every (bucket, compressor) once (a
+    compressor in ``alone`` once per layer)."""
+    groups = {_group(i, c, buckets, alone) for i, c in enumerate(pick)}
+    return sum(body[i][c] for i, c in enumerate(pick)) + sum(fixed[c] for _, c, _ in groups)
+
+
+def _group(i: int, c: int, buckets: list[Hashable], alone: frozenset[int]
+           ) -> tuple[Hashable, int, int | None]:
+    """The collective layer i travels in under candidate c: (bucket, c, the layer if c
+    sends each layer alone)."""
+    return buckets[i], c, i if c in alone else None
 
 
 def regroup(pick: list[int], body: list[list[float]], errors: list[list[float]],
             fixed: list[float], buckets: list[Hashable], budget: float, min_gain: float,
-            base: int | None, margin: float = 0.0) -> list[int]:
+            base: int | None, margin: float = 0.0,
+            alone: frozenset[int] = frozenset()) -> list[int]:
     """Move whole groups (the layers of a bucket sharing a candidate) while it pays.
 
     A group may move to ``base`` (the error-free candidate) or into another group of its
-    bucket; a move is taken when it clearly saves time within the budget (more than
-    ``min_gain`` seconds and the share ``margin`` of the group's time), or lowers the error
-    at no extra time, best first. So a small layer keeps a compressor
-    only where its bucket sends that compressor anyway: a collective of its own costs more
-    than its few bytes save. Each move lowers (time, error) lexicographically: it ends.
+    bucket (not into a candidate of ``alone``: that saves no collective); a move is taken
+    when it clearly saves time within the budget (more than ``min_gain`` seconds and the
+    share ``margin`` of the group's time), or lowers the error at no extra time, best first.
+    So a small layer keeps a compressor only where its bucket sends that compressor anyway: a
+    collective of its own costs more than its few bytes save. Each move lowers (time, error)
+    lexicographically: it ends.
     """
     pick = list(pick)
     err = sum(errors[i][c] for i, c in enumerate(pick))
     while True:
-        groups: dict[tuple[Hashable, int], list[int]] = {}
+        groups: dict[tuple[Hashable, int, int | None], list[int]] = {}
         for i, c in enumerate(pick):
-            groups.setdefault((buckets[i], c), []).append(i)
+            groups.setdefault(_group(i, c, buckets, alone), []).append(i)
         best: tuple[tuple[float, float], list[int], int] | None = None
-        for (b, c), members in groups.items():
-            targets = {d for bb, d in groups if bb == b} | ({base} if base is not None else set())
-            for d in targets - {c}:
+        for (b, c, _), members in groups.items():
+            targets = {d for bb, d, _ in groups if bb == b} | \
+                ({base} if base is not None else set())
+            for d in targets - {c} - alone:
                 dt = sum(body[i][d] - body[i][c] for i in members) - fixed[c] \
-                    + (0.0 if (b, d) in groups else fixed[d])
+                    + (0.0 if (b, d, None) in groups else fixed[d])
                 de = sum(errors[i][d] - errors[i][c] for i in members)
                 now = sum(body[i][c] for i in members) + fixed[c]
                 if err + de > budget or not (clear(now + dt, now, min_gain, margin)

@@ -2,7 +2,8 @@
 
 Each candidate keeps a shadow residual per layer, so the error measured over the probe steps
 is the error the compressor would make inside error feedback, not on a raw gradient. Times
-are this machine's compress and decompress times on the layer's real size.
+are this machine's compress and decompress times, on the layer's real size or scaled from a
+sample of a large layer (``SAMPLE``).
 """
 
 from __future__ import annotations
@@ -14,12 +15,38 @@ import numpy as np
 
 import compressors
 
+from .. import ops
+from ..dtypes import lookup
 from .layers import Layer
+
+F32 = lookup("float32")
 
 #: Columns per candidate in the shared table: err^2 sum, |x|^2 sum, compress s,
 #: decompress s, payload bytes, kept elements (sparse payloads).
 PER_CANDIDATE = 6
 REPEATS = 5
+#: Elements a large layer is profiled on: every s-th row (or element) of it, with times,
+#: bytes and sums scaled by the layer's size over the sample's. The codecs are linear in the
+#: elements, and an elementwise, blockwise or top-k coder's relative error is the sample's
+#: (a low-rank one's too, closely: rows drawn from a low-rank matrix keep its rank), so
+#: profiling costs about the same for any layer size.
+SAMPLE = 1 << 18
+
+
+def _factors(comp: Any, shape: tuple[int, ...]) -> int:
+    """Bytes of a low-rank compressor's buffers for a tensor of ``shape``."""
+    return sum(np.dtype(dt).itemsize * int(n) for dt, n in comp.layout(shape, "float32").values())
+
+
+def sample(g: np.ndarray) -> np.ndarray:
+    """Every s-th row of ``g`` (every s-th element when it has fewer rows), at most about
+    ``SAMPLE`` elements; ``g`` itself when it is that small."""
+    s = -(-g.size // SAMPLE)
+    if s <= 1:
+        return g
+    if g.ndim >= 2 and g.shape[0] >= s:
+        return np.ascontiguousarray(g[::s])
+    return np.ascontiguousarray(g.reshape(-1)[::s])
 
 
 class Profiler:
@@ -43,20 +70,28 @@ class Profiler:
             row = np.zeros(1 + PER_CANDIDATE * len(self.candidates))
             row[1:].reshape(-1, PER_CANDIDATE)[:, 2:4] = np.inf
             self.layers[layer.name], self.stats[layer.name] = layer, row
-        flat = g.reshape(-1).astype(np.float64)
-        row[0] += np.square(flat).sum()  # ufuncs: no BLAS thread team
+        # One single-threaded pass in double (no BLAS thread team, no float64 copy).
+        row[0] += ops.sum_squares(g.reshape(-1), F32)
         cols = row[1:].reshape(-1, PER_CANDIDATE)
+        part = sample(g)
         for c, spec in enumerate(self.candidates):
             comp, ef = self.comps[spec], self.feedback[spec]
-            x = ef.compensate(g, layer.name)
-            fused = comp.fuses_feedback and ef.fusable(g)
+            low_rank = bool(comp.capabilities.allreduce_steps)
+            src = g if low_rank and part.ndim != g.ndim else part  # low rank: a matrix
+            scale = g.size / src.size
+            x = ef.compensate(src, layer.name)
+            fused = comp.fuses_feedback and ef.fusable(src)
             tc = td = np.inf
-            for _ in range(REPEATS if layer.numel < 1 << 16 else 1):  # small: time is noisy
+            # Small layers are timed several times (their time is noisy), but a warm-started
+            # method once: each call is a power iteration, and repeats would refine it.
+            repeats = 1 if layer.numel >= 1 << 16 or comp.capabilities.allreduce_steps \
+                else REPEATS
+            for _ in range(repeats):
                 # Timed as the hook runs it: the one-pass kernel where the compressor has one
                 # (it also updates the residual), else compensate-then-compress.
-                work = ef.residual_for(layer.name, g.size).copy() if fused else None
+                work = ef.residual_for(layer.name, src.size).copy() if fused else None
                 t0 = time.perf_counter()
-                payload = comp.compress_feedback(g, work, name=layer.name,
+                payload = comp.compress_feedback(src, work, name=layer.name,
                                                  step=step) if fused else None
                 if payload is None:
                     payload = comp.compress(x, name=layer.name, step=step)
@@ -66,13 +101,17 @@ class Profiler:
             ef.update_sent(layer.name, x, y)
             d = (np.asarray(x, np.float64) - np.asarray(y, np.float64)).reshape(-1)
             xs = np.asarray(x, np.float64).reshape(-1)
-            cols[c, 0] += np.square(d).sum() if np.isfinite(d).all() else 0.0
-            cols[c, 1] += np.square(xs).sum() if np.isfinite(xs).all() else 0.0
-            cols[c, 2] = min(cols[c, 2], tc)
-            cols[c, 3] = min(cols[c, 3], td)
-            cols[c, 4] = max(cols[c, 4], payload.nbytes)
-            kept = payload.buffers["values"].size if comp.capabilities.sparse else layer.numel
-            cols[c, 5] = max(cols[c, 5], kept)
+            cols[c, 0] += scale * np.square(d).sum() if np.isfinite(d).all() else 0.0
+            cols[c, 1] += scale * np.square(xs).sum() if np.isfinite(xs).all() else 0.0
+            cols[c, 2] = min(cols[c, 2], scale * tc)
+            cols[c, 3] = min(cols[c, 3], scale * td)
+            # A low-rank payload grows with the rows (P), not the columns (Q): the layer's own.
+            nbytes = payload.nbytes + _factors(comp, g.shape) - _factors(comp, src.shape) \
+                if low_rank else scale * payload.nbytes
+            cols[c, 4] = max(cols[c, 4], nbytes)
+            kept = scale * payload.buffers["values"].size if comp.capabilities.sparse \
+                else layer.numel
+            cols[c, 5] = max(cols[c, 5], min(kept, layer.numel))
 
     def table(self) -> tuple[list[Layer], np.ndarray]:
         """Layers sorted by name and their rows (one per layer)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import sys
 from typing import Any
 
@@ -11,6 +12,14 @@ from .base import Communicator, Request, wait_all
 __all__ = ["Communicator", "Request", "as_communicator", "default_engine", "wait_all"]
 
 _CACHE: dict[int, Communicator] = {}
+
+
+@atexit.register
+def _release() -> None:
+    """Let go of the wrapped engine objects while the interpreter is still whole: a
+    torch.distributed group kept alive here until finalization (one destroyed earlier, say)
+    would otherwise be torn down with the modules, and gloo can abort the process then."""
+    _CACHE.clear()
 
 
 def as_communicator(comm: Any = None) -> Communicator:

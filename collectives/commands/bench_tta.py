@@ -1,0 +1,193 @@
+"""``compcoll bench tta``: time to accuracy, PyTorch's DDP hooks against ours.
+
+Every run trains the same model from the same weights on the same batches for ``--steps``
+steps (or, with ``--stop-at-target``, until it reaches the target) and measures the test
+quality every ``--eval-every`` steps. The clock is training wall-clock time: the sum of each
+step's time on the slowest rank, evaluation excluded (ranks meet at a barrier before each
+step, so evaluating pauses the clock). DDP without a hook runs first: its best quality less
+``--tolerance`` (points of accuracy, or percent of a loss) is the target of every run.
+Reported per run: time and step at which the target was first reached (or "not reached"),
+its ratio to the fp16 hook's, final and best quality, the payload each rank contributes per
+step, mean step (all steps: first steps and any re-planning included), median step (after
+warm-up), time of the first 10 steps, and the curve of quality against time. The run
+``compute`` trains the same ranks under ``no_sync`` (no gradient communication): its step is
+the floor no scheme can beat; it has no quality and no target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+import zlib
+from typing import Any
+
+import numpy as np
+
+from ..cli import UsageError, command
+from . import checks
+from . import train_common as common
+from . import tta_report as report
+from .train_models import MODELS, task
+from .train_runs import ONE_BUCKET, RUNS, payload_bytes
+from .tta_target import Target, best, first_reached, target
+
+COMPUTE = "compute"
+TTA_RUNS = ["ddp", "fp16", "bf16", "powersgd1", "powersgd", "auto", "int8+ef", "int4+ef",
+            "topk+ef", "powersgd+ef", COMPUTE]
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    common.add_arguments(p, models="cnn,mlp-wide,lm,embed", steps=300, runs=TTA_RUNS,
+                         known=[*RUNS, COMPUTE], bucket_mb=25.0, bucket_help="DDP's own "
+                         "default, as a user who tunes nothing has it",
+                         model_help=f"comma-separated of "
+                         f"{', '.join(MODELS)} (mlp-wide: 6.4M parameters in three matrices; "
+                         "embed: an embedding table of 4.2M)")
+    p.add_argument("--eval-every", type=checks.positive_int, default=10, metavar="N",
+                   help="measure the test quality every N steps (10)")
+    p.add_argument("--tolerance", type=checks.nonneg_float, default=1.0,
+                   help="target = DDP's best quality less this many points of accuracy, or "
+                   "plus this many percent of a loss (1)")
+    p.add_argument("--stop-at-target", action="store_true",
+                   help="end a run (but DDP's) once it reaches the target")
+
+
+def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    models, runs = common.check(args, MODELS, [*RUNS, COMPUTE])
+    if "ddp" not in runs:
+        raise UsageError(f"--runs {args.runs}: add ddp (its best quality defines the target)")
+    if args.eval_every > args.steps:
+        raise UsageError(f"--eval-every {args.eval_every} is more than --steps {args.steps}")
+    return models, ["ddp", *(r for r in dict.fromkeys(runs) if r != "ddp")]
+
+
+def _quality(t: Any, model: Any, mpi: Any) -> float:
+    """The test quality, measured on rank 0 (every rank has the same weights)."""
+    return mpi.bcast(t.evaluate(model.module) if mpi.rank == 0 else None, root=0)
+
+
+def _train(name: str, t: Any, args: argparse.Namespace, mpi: Any,
+           goal: Target | None) -> dict[str, Any]:
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    compute = name == COMPUTE
+    bucket_mb = ONE_BUCKET.get(name, args.bucket_mb)
+    model = DDP(t.make(), bucket_cap_mb=bucket_mb)
+    state = None if compute else RUNS[name](model, args)
+    opt = common.adam(model.parameters(), args.lr)
+    times: list[float] = []
+    losses: list[float] = []
+    evals = [] if compute else [(0, _quality(t, model, mpi))]
+    for step in range(args.steps):
+        common.watchdog(args)
+        mpi.Barrier()  # the clock runs only from here to the end of the step
+        t0 = time.perf_counter()
+        with model.no_sync() if compute else contextlib.nullcontext():
+            loss = t.loss(model, t.batch(step, mpi.rank, args.batch, args.seed))
+            loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss.detach()))
+        done = step + 1
+        if not compute and (done % args.eval_every == 0 or done == args.steps):
+            evals.append((done, _quality(t, model, mpi)))
+            if goal is not None and args.stop_at_target and goal.reached(evals[-1][1]):
+                break
+    per_step = np.empty(len(times))
+    mpi.Allreduce(np.asarray(times), per_step, op=common.mpi_max())  # the slowest rank's
+    clock = np.concatenate([[0.0], np.cumsum(per_step)])
+    warm = min(len(times) - 1, max(5, args.start_step + 3))
+    flat = torch.cat([p.detach().reshape(-1) for p in model.module.parameters()]).numpy()
+    agree = len(set(mpi.allgather(zlib.crc32(flat.tobytes())))) == 1  # not hash(): salted
+    curve = [(s, float(clock[s]), q) for s, q in evals]
+    mean_loss = np.asarray(mpi.allreduce(np.asarray(losses))) / mpi.size  # training loss
+    row: dict[str, Any] = {
+        "model": t.name, "run": name, "metric_name": t.metric,
+        "higher_is_better": t.higher_is_better, "steps": len(times), "bucket_mb": bucket_mb,
+        "parameters": int(flat.size), "curve": curve,
+        "final": curve[-1][2] if curve else None,
+        "best": best(curve, t.higher_is_better) if curve else None,
+        "bytes_per_step": 0 if compute else payload_bytes(name, model.module, state),
+        "mean_ms": float(per_step.mean()) * 1e3,
+        "median_ms": float(np.median(per_step[warm:])) * 1e3,
+        "first10_s": float(per_step[:10].sum()), "train_s": float(clock[-1]),
+        "final_loss": float(mean_loss[-10:].mean()), "losses": mean_loss.tolist(),
+        "ranks_agree": None if compute else agree,
+        "step_times_ms": (per_step * 1e3).tolist()}
+    row["mb_per_step"] = row["bytes_per_step"] / 1e6
+    if state is not None:
+        if getattr(state.policy, "adaptive", False):
+            row["decisions"] = state.policy.table()
+            row["decision_log"] = state.policy.log
+        state.close()
+    return row
+
+
+def _score(row: dict[str, Any], goal: Target | None) -> None:
+    """Time and step at which the run first reached the target (None: not reached)."""
+    row["target"] = None if goal is None else goal.value
+    hit = first_reached(row["curve"], goal) if goal is not None else None
+    row["target_step"], row["target_s"] = (hit[0], hit[1]) if hit else (None, None)
+
+
+@command("bench tta", help="time to accuracy: train until DDP's quality with PyTorch's DDP "
+         "hooks and ours", arguments=_arguments)
+def run(args: argparse.Namespace) -> int:
+    models, runs = _check(args)
+    code = common.launch(args)
+    if code is not None:
+        return code
+    mpi = common.start(args)
+    title = (f"# compcoll bench tta: {mpi.size} ranks, torch.distributed gloo, up to "
+             f"{args.steps} steps, batch {args.batch}/rank, quality every {args.eval_every} "
+             f"steps, our hooks over {args.comm}{', link ' + args.link if args.link else ''}")
+    _say(mpi, title)
+    rows: list[dict[str, Any]] = []
+    targets: dict[str, str] = {}  # model: how its target was derived
+    for name in models:
+        t = task(name, args.seed)
+        goal = None
+        for run_name in runs:
+            common.watchdog(args)
+            row = _train(run_name, t, args, mpi, goal)
+            if run_name == "ddp":
+                goal = target(row["best"], t.higher_is_better, args.tolerance)
+                targets[name] = goal.describe("ddp", t.metric)
+                _say(mpi, f"# {name}: {targets[name]}\n{report.header()}")
+            _score(row, None if run_name == COMPUTE else goal)
+            rows.append(row)
+            report.add_ratios(rows)
+            _say(mpi, report.format_row(row))
+    table = [*(f"# {m}: {how}" for m, how in targets.items()), report.header(),
+             *(report.format_row(r) for r in rows),
+             *(f"# auto policy decisions, {r['model']}:\n{r['decisions']}"
+               for r in rows if "decisions" in r)]
+    _say(mpi, "\n".join(["# all runs (vs fp16, vs hooks: the fp16 hook's, the soonest "
+                         "PyTorch hook's time to target over the run's)",
+                         *table]))
+    if mpi.rank == 0:
+        _write(args, mpi, rows, [title, *table], targets)
+    common.finish()
+    return 0 if all(r["ranks_agree"] is not False for r in rows) else 1
+
+
+def _say(mpi: Any, text: str) -> None:
+    if mpi.rank == 0:
+        print(text, flush=True)
+
+
+def _write(args: argparse.Namespace, mpi: Any, rows: list[dict], lines: list[str],
+           targets: dict[str, str]) -> None:
+    meta = common.meta(args, mpi)
+    meta.update(tolerance=args.tolerance, eval_every=args.eval_every, targets=targets)
+    if args.json:
+        report.write_json(args.json, meta, rows)
+    if args.txt:
+        with open(args.txt, "w") as f:
+            f.write("\n".join(lines) + "\n")
+    if args.plot:
+        report.plot(args.plot, rows, f"compcoll bench tta, {mpi.size} ranks"
+                    f"{', link ' + args.link if args.link else ', shared memory'}")

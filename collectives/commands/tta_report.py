@@ -1,0 +1,112 @@
+"""``bench tta``'s outputs: the table, JSON (every curve) and a PNG of quality against time."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+COLUMNS = [("model", "model", 8, "{}"), ("run", "run", 11, "{}"),
+           ("target_s", "to target(s)", 12, "{:.2f}"), ("target_step", "at step", 7, "{}"),
+           ("vs_fp16", "vs fp16", 7, "{:.2f}x"), ("vs_hooks", "vs hooks", 8, "{:.2f}x"),
+           ("final", "final", 7, "{:.4f}"), ("best", "best", 7, "{:.4f}"),
+           ("mb_per_step", "MB/step", 8, "{:.3f}"),
+           ("mean_ms", "mean(ms)", 9, "{:.1f}"), ("median_ms", "median(ms)", 10, "{:.1f}"),
+           ("first10_s", "first10(s)", 10, "{:.2f}"), ("train_s", "train(s)", 8, "{:.2f}")]
+
+#: The runs whose times to target the others are compared with: PyTorch's fp16 hook, and the
+#: soonest of PyTorch's compression hooks.
+BASELINE = "fp16"
+TORCH_HOOKS = ("fp16", "bf16", "powersgd1", "powersgd")
+
+#: Legend labels of the plot.
+LABELS = {"ddp": "DDP, no hook", "fp16": "PyTorch fp16 hook", "bf16": "PyTorch bf16 hook",
+          "powersgd1": "PyTorch PowerSGD rank 1", "powersgd": "PyTorch PowerSGD rank 4",
+          "auto": "ours, auto policy", "int8+ef": "ours, 8-bit + EF",
+          "int4+ef": "ours, 4-bit + EF", "topk+ef": "ours, top-k 1% + EF",
+          "powersgd+ef": "ours, PowerSGD rank 4 + EF"}
+
+
+def header() -> str:
+    return " ".join(f"{h:>{w}}" for _, h, w, _ in COLUMNS)
+
+
+def format_row(row: dict[str, Any]) -> str:
+    """One table line; a run with a target that never reached it says so."""
+    cells = []
+    for key, _, width, fmt in COLUMNS:
+        v = row.get(key)
+        if key == "target_s" and v is None and row.get("target") is not None:
+            text = "not reached"
+        else:
+            text = "-" if v is None else fmt.format(v)
+        cells.append(f"{text:>{width}}")
+    return " ".join(cells)
+
+
+def add_ratios(rows: list[dict[str, Any]]) -> None:
+    """``vs_fp16``: the fp16 hook's time to target over the run's (above 1: sooner);
+    ``vs_hooks``: the same against the soonest of PyTorch's compression hooks that reached
+    it. None where either did not reach the target."""
+    base: dict[str, float] = {}
+    hooks: dict[str, float] = {}
+    for r in rows:
+        t = r.get("target_s")
+        if t and r["run"] == BASELINE:
+            base[r["model"]] = t
+        if t and r["run"] in TORCH_HOOKS:
+            hooks[r["model"]] = min(t, hooks.get(r["model"], t))
+    for r in rows:
+        mine = r.get("target_s")
+        for key, ref in (("vs_fp16", base), ("vs_hooks", hooks)):
+            r[key] = ref[r["model"]] / mine if mine and r["model"] in ref else None
+
+
+def write_json(path: str, meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        f.write("\n")
+
+
+def plot(path: str, rows: list[dict[str, Any]], title: str) -> None:
+    """Per model, every synchronised run's quality against training wall-clock time, the
+    target as a dashed horizontal line: the whole curves above, a zoom on the target below
+    (the compute-only run trains each rank's own model and is left out)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, axes = plt.subplots(2, len(models), figsize=(6 * len(models), 8), squeeze=False)
+    for col, model in enumerate(models):
+        mine = [r for r in rows if r["model"] == model and r.get("target") is not None]
+        for ax in axes[:, col]:
+            for r in mine:
+                _, seconds, quality = zip(*r["curve"], strict=True)
+                ax.plot(seconds, quality, label=LABELS.get(r["run"], r["run"]), marker=".",
+                        markersize=3)
+            if mine:
+                ax.axhline(mine[0]["target"], color="black", linestyle="--", linewidth=1,
+                           label="target")
+                ax.set_ylabel(mine[0]["metric_name"].replace("_", " "))
+            ax.set_xlabel("training wall-clock time (s, evaluation excluded)")
+            ax.grid(alpha=0.3)
+        axes[0, col].set_title(model)
+        axes[0, col].legend(fontsize=8)
+        if mine:
+            axes[1, col].set_ylim(*_zoom(mine))
+            axes[1, col].set_title(f"{model}, near the target")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _zoom(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """Quality limits around the target: six times its distance to the reference's best on
+    the worse side, three times on the better."""
+    goal, higher = rows[0]["target"], rows[0]["higher_is_better"]
+    reference = rows[0]["best"]  # the reference run comes first
+    gap = max(abs(reference - goal), 1e-6)
+    return (goal - 6 * gap, reference + 3 * gap) if higher else (reference - 3 * gap,
+                                                                 goal + 6 * gap)

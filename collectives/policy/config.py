@@ -1,0 +1,81 @@
+"""AutoConfig: the automatic policy's hyperparameters (validated, frozen)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .base import canonical
+
+DEFAULT_CANDIDATES = ("none", "fp16", "uniform:bits=8", "uniform:bits=4", "topk:ratio=0.01",
+                      "powersgd:rank=4")
+
+
+@dataclass(frozen=True)
+class AutoConfig:
+    """Hyperparameters of :class:`AutoPolicy` (validated)."""
+
+    candidates: tuple[str, ...] = DEFAULT_CANDIDATES
+    max_error: float = 0.25
+    #: Steps between decisions after the first; a decision after the first prices the
+    #: standing measurements with the cost model and the live gradient statistics (no
+    #: profiling, no pause).
+    every: int = 100
+    first: int = 2
+    #: Steps each bucket is profiled for; the buckets are profiled one per step.
+    probe_steps: int = 2
+    window: int = 25
+    threshold: float = 0.5
+    bins: int = 256
+    initial: str = "none"
+    #: Seconds below which a predicted gain is timing noise: a layer's option must beat
+    #: every option of lower error by more than this to be considered (on a tie the lower
+    #: error wins), and regrouping a bucket must save more than this.
+    min_gain: float = 2e-6
+    #: The share of the time a candidate of more error must save to be taken (over a plan of
+    #: less error, and over the last decision when deciding again): timing on shared cores
+    #: varies by tens of percent from run to run, and a smaller gain would flip decisions.
+    margin: float = 0.1
+    #: Layers smaller than this are sent uncompressed and never profiled: 16384 float32
+    #: elements are 64 KiB, under a millisecond at 1 Gbit/s, so compressing them saves less
+    #: than the codec and timing noise cost, and their few bytes ride in their bucket's
+    #: uncompressed collective (biases, norm scales, small heads).
+    min_numel: int = 16384
+    #: Keep the measurements on disk (see ``collectives.policy.cache``): a later run of the
+    #: same model, world size and link decides at its first step without profiling.
+    cache: bool = True
+    #: The cache's directory (None: ``$COMPCOLL_CACHE_DIR`` or ``~/.cache/compcoll/policy``).
+    cache_dir: str | None = None
+    #: A name for the link in the cache key (None: the engine and the decade of the fitted
+    #: cost model's alpha and beta).
+    link: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.candidates:
+            raise ValueError("AutoPolicy needs at least one candidate compressor")
+        object.__setattr__(self, "candidates", tuple(canonical(c) for c in self.candidates))
+        object.__setattr__(self, "initial", canonical(self.initial))
+        if "none" not in self.candidates:
+            raise ValueError("AutoPolicy's candidates must include 'none' (the error-free "
+                             "choice that keeps every budget feasible)")
+        if not (0 <= self.max_error < math.inf):
+            raise ValueError(f"max_error must be a finite number >= 0, got {self.max_error}")
+        if not (isinstance(self.min_numel, int) and self.min_numel >= 0):
+            raise ValueError(f"min_numel must be an integer >= 0, got {self.min_numel!r}")
+        for key in ("every", "probe_steps", "window", "bins"):
+            if not (isinstance(getattr(self, key), int) and getattr(self, key) >= 1):
+                raise ValueError(f"{key} must be an integer >= 1, got {getattr(self, key)!r}")
+        if not (isinstance(self.first, int) and self.first >= 0):
+            raise ValueError(f"first must be an integer >= 0, got {self.first!r}")
+        if not self.min_gain >= 0:
+            raise ValueError(f"min_gain must be >= 0 seconds, got {self.min_gain}")
+        if not 0 <= self.margin < 1:
+            raise ValueError(f"margin must be a share in [0, 1), got {self.margin}")
+        if not self.threshold > 0:
+            raise ValueError(f"threshold must be > 0, got {self.threshold}")
+        if not isinstance(self.cache, bool):
+            raise ValueError(f"cache must be True or False, got {self.cache!r}")
+        for key in ("cache_dir", "link"):
+            value = getattr(self, key)
+            if value is not None and not (isinstance(value, str) and value):
+                raise ValueError(f"{key} must be None or a non-empty string, got {value!r}")

@@ -1,0 +1,125 @@
+"""One decision: the measured table, the cost model and the live gradient shares to a plan.
+
+Pure pricing: nothing here profiles or times anything, so deciding again costs a few
+milliseconds of arithmetic (and one small allgather in :func:`plan.agreed`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import compressors
+
+from .. import costmodel
+from . import plan
+from .base import short
+from .layers import Layer
+from .profile import PER_CANDIDATE
+
+
+@dataclass
+class Outcome:
+    """A plan: the candidate index per layer, its predicted seconds and total error."""
+
+    pick: list[int]
+    total: float
+    error: float
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def unmeasured(layer: Layer, cands: tuple[str, ...]) -> np.ndarray:
+    """The table row of a layer sent as it is, never profiled: no coding time, its float32
+    bytes, no error (only "none" is allowed for it, see :func:`decide`)."""
+    row = np.zeros(1 + PER_CANDIDATE * len(cands))
+    cols = row[1:].reshape(len(cands), PER_CANDIDATE)
+    cols[:, 4], cols[:, 5] = 4 * max(layer.numel, 1), layer.numel
+    return row
+
+
+def weights(norms: np.ndarray, buckets: list[Hashable],
+            live: Mapping[Hashable, float]) -> np.ndarray:
+    """Each layer's share of the squared gradient norm: the profiled shares, with the buckets'
+    totals moved to their shares of the live norms (the hook's averaged gradient over the
+    last window) among the buckets both know; a bucket the hook did not see keeps its own."""
+    w = norms / max(float(norms.sum()), 1e-300)
+    known = {b for b in buckets if live.get(b, 0.0) > 0}
+    if not known:
+        return w
+    mass = {b: float(sum(w[i] for i, bb in enumerate(buckets) if bb == b)) for b in known}
+    pool, live_sum = sum(mass.values()), sum(live[b] for b in known)
+    out = w.copy()
+    for i, b in enumerate(buckets):
+        if b in known and mass[b] > 0:
+            out[i] = w[i] / mass[b] * pool * live[b] / live_sum
+    return out
+
+
+def decide(comm: Any, cfg: Any, layers: list[Layer], rows: np.ndarray, measured: list[bool],
+           buckets: list[Hashable], live: Mapping[Hashable, float],
+           cost: costmodel.CostParams, fixed: list[float],
+           standing: Mapping[str, str]) -> Outcome:
+    """The plan of least predicted step time within the error budget (see ``auto``); a
+    layer under ``cfg.min_numel`` elements or not ``measured`` is sent uncompressed."""
+    cands, budget = cfg.candidates, cfg.max_error ** 2
+    share = weights(rows[:, 0], buckets, live)
+    times, errors, rel = [], [], []
+    for layer, row, w, seen in zip(layers, rows, share, measured, strict=True):
+        cols = row[1:].reshape(len(cands), PER_CANDIDATE)
+        r = np.sqrt(cols[:, 0] / np.maximum(cols[:, 1], 1e-300))
+        plain_only = layer.numel < cfg.min_numel or not seen
+        times.append([math.inf if plain_only and spec != "none" else
+                      plan.price(comm.size, layer, spec, col, cost)
+                      for spec, col in zip(cands, cols, strict=True)])
+        errors.append([float(w * x * x) for x in r])
+        rel.append(r)
+    body = plan.bodies(comm.size, cands, times, cost)
+    # The hook sends each matrix of a multi-step method (PowerSGD) in collectives of its own.
+    alone = frozenset(c for c, spec in enumerate(cands)
+                      if compressors.get(spec).capabilities.allreduce_steps)
+    pick, total = plan.plan(cands, body, errors, budget, cfg.bins, fixed, buckets,
+                            cfg.min_gain, cfg.margin, alone)
+    old = previous(cands, layers, standing, errors, budget)
+    if old is not None:  # hysteresis: a new plan must clearly beat the standing one
+        old_total = plan.step_time(old, body, fixed, buckets, alone)
+        if not plan.clear(total, old_total, cfg.min_gain, cfg.margin):
+            pick = old
+    pick = plan.agreed(comm, pick)
+    out = Outcome(pick, plan.step_time(pick, body, fixed, buckets, alone),
+                  math.sqrt(sum(errors[i][c] for i, c in enumerate(pick))))
+    out.rows = [{"layer": lay.name, "numel": lay.numel, "kind": lay.kind,
+                 "compressor": cands[c],
+                 "bytes": int(row[1:].reshape(-1, PER_CANDIDATE)[c, 4]),
+                 "predicted_us": (body[i][c] + fixed[c]) * 1e6, "error": float(rel[i][c])}
+                for i, (lay, c, row) in enumerate(zip(layers, pick, rows, strict=True))]
+    return out
+
+
+def previous(cands: tuple[str, ...], layers: list[Layer], standing: Mapping[str, str],
+             errors: list[list[float]], budget: float) -> list[int] | None:
+    """The standing decisions as a plan of these layers, if they cover them all and still
+    meet the budget under the new numbers."""
+    if not standing or {lay.name for lay in layers} != set(standing) \
+            or not set(standing.values()) <= set(cands):
+        return None
+    old = [cands.index(standing[lay.name]) for lay in layers]
+    return old if sum(errors[i][c] for i, c in enumerate(old)) <= budget else None
+
+
+def render(rows: list[dict[str, Any]], error: float, budget: float,
+           collective_s: Mapping[str, float]) -> str:
+    """A decision as a text table: layer, numel, compressor, bytes, predicted time, error."""
+    width = max(len(r["layer"]) for r in rows)
+    lines = [f"{'layer':<{width}} {'numel':>9} {'compressor':<16} {'bytes':>9} "
+             f"{'pred_us':>9} {'error':>7}"]
+    lines += [f"{r['layer']:<{width}} {r['numel']:>9} {short(r['compressor']):<16} "
+              f"{r['bytes']:>9} {r['predicted_us']:>9.1f} {r['error']:>7.4f}" for r in rows]
+    lines.append(f"total relative error {error:.4f} (budget {budget})")
+    if collective_s:
+        lines.append("one collective (us): " + ", ".join(
+            f"{short(k)} {v * 1e6:.0f}" for k, v in collective_s.items()))
+    return "\n".join(lines)

@@ -1,0 +1,326 @@
+"""The automatic policy measures once: its cache on disk, and decisions without profiling."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from collectives.costmodel import CostParams
+from collectives.policy import AutoPolicy, Layer, auto, cache, profile
+from collectives.policy.decide import weights
+from tests.mpirun import run
+from tests.test_mpi import _passed
+
+SLOW = CostParams(alpha=5e-5, beta=8e-9, gamma=1e-10)  # ~1 Gbit/s: compression pays
+LATENCY = 1e-3  # every candidate's collective: nothing measured on this machine
+
+
+class Ranks:
+    """Ranks that measured the same (rank 0 of ``size``): what the policy's allgathers see."""
+
+    engine = "mpi"
+
+    def __init__(self, size: int = 4) -> None:
+        self.size, self.rank, self._cost_params = size, 0, SLOW
+
+    def allgather_ints(self, values, collective="", timeout=None):
+        return np.tile(np.asarray(values).reshape(1, -1), (self.size, 1))
+
+
+def model(width: int = 1024) -> list[list[Layer]]:
+    """Three DDP buckets: two large weights, a small one, biases."""
+    return [[Layer("fc1.weight", width * 128, (width, 128), "linear"),
+             Layer("fc1.bias", width, (width,), "1d")],
+            [Layer("fc2.weight", 128 * 128, (128, 128), "linear"),
+             Layer("fc2.bias", 128, (128,), "1d")],
+            [Layer("head.weight", 10 * 128, (10, 128), "linear")]]
+
+
+def policy(tmp_path, **kw) -> AutoPolicy:
+    options = {"first": 1, "probe_steps": 2, "every": 4, "window": 2, "max_error": 0.3,
+               "cost": SLOW, "latency": LATENCY, "cache_dir": str(tmp_path), **kw}
+    return AutoPolicy(**options)
+
+
+def drive(pol: AutoPolicy, comm: Ranks, steps: range, buckets: list[list[Layer]],
+          dtype: str = "torch.float32") -> list[int]:
+    """What the DDP hook does, step by step; returns the steps that profiled."""
+    rng = np.random.default_rng(0)
+    profiled = []
+    for step in steps:
+        pol.update(comm, step)
+        for b, layers in enumerate(buckets):
+            pol.see_bucket(b, layers, [dtype] * len(layers))
+            for lay in layers:
+                if pol.wants_profile(step, lay.name):
+                    profiled.append(step)
+                    pol.observe(step, lay, rng.standard_normal(lay.numel), b)
+            pol.observe_norm(step, float(b + 1), b)
+    return sorted(set(profiled))
+
+
+def decided(pol: AutoPolicy) -> list[tuple[int, str]]:
+    return [(e["step"], e["event"]) for e in pol.log if e["event"].startswith("decided")]
+
+
+def test_buckets_are_profiled_one_per_step_and_small_layers_never(tmp_path,
+                                                                   monkeypatch) -> None:
+    pol = policy(tmp_path, cache=False)
+    seen: list[tuple[int, str]] = []
+    real = profile.Profiler.observe
+
+    def spy(self, step, layer, grad, bucket=None):
+        seen.append((step, layer.name))
+        real(self, step, layer, grad, bucket)
+
+    monkeypatch.setattr(profile.Profiler, "observe", spy)
+    drive(pol, Ranks(), range(8), model())
+    # fc1 at steps 1-2, fc2 at 3-4; the biases and the head (under 16384 elements) never
+    assert seen == [(1, "fc1.weight"), (2, "fc1.weight"), (3, "fc2.weight"),
+                    (4, "fc2.weight")], seen
+    assert decided(pol)[0] == (5, "decided (measured)")
+    assert all(pol.decisions[n] == "none" for n in ("fc1.bias", "fc2.bias", "head.weight"))
+    assert pol.decisions["fc1.weight"] != "none"  # 1 Gbit/s: a 512 KiB layer pays
+
+
+def test_a_second_run_reads_the_cache_and_decides_alike_without_profiling(
+        tmp_path, monkeypatch) -> None:
+    first = policy(tmp_path)
+    assert drive(first, Ranks(), range(6), model()) == [1, 2, 3, 4]
+    files = list(tmp_path.glob("*.json"))
+    assert len(files) == 1 and not list(tmp_path.glob("*.tmp"))
+
+    def forbidden(*args, **kw):
+        raise AssertionError("profiled or measured although the cache holds the numbers")
+
+    monkeypatch.setattr(profile.Profiler, "observe", forbidden)
+    monkeypatch.setattr(auto.latencies, "one_round", forbidden)
+    second = policy(tmp_path)
+    assert drive(second, Ranks(), range(6), model()) == []
+    assert decided(second)[0] == (1, "decided (first, from the cache)")
+    assert second.cached and second.measurements.keys() == first.measurements.keys()
+    assert second.decisions == first.decisions
+    for name, row in first.measurements.items():
+        np.testing.assert_array_equal(second.measurements[name], row)
+
+
+def test_the_cache_keeps_the_measured_latencies(tmp_path, monkeypatch) -> None:
+    calls = []
+
+    def one_round(comm, cands, plain, step, **kw):
+        calls.append(step)
+        return 1e-3 * np.arange(1, len(cands) + 1)
+
+    monkeypatch.setattr(auto.latencies, "one_round", one_round)
+    runs = [policy(tmp_path, latency=None) for _ in range(2)]
+    for pol in runs:
+        drive(pol, Ranks(), range(6), model())
+    assert calls == list(range(auto.latencies.REPEATS + 1))  # the first run's rounds only
+    assert runs[1].measured == runs[0].measured is not None
+    assert runs[1].decisions == runs[0].decisions
+    assert runs[1].collective_s == runs[0].collective_s
+
+
+def test_latencies_measured_after_a_cache_hit_are_added_to_it(tmp_path, monkeypatch) -> None:
+    calls = []
+
+    def one_round(comm, cands, plain, step, **kw):
+        calls.append(step)
+        return np.full(len(cands), 2e-3)
+
+    monkeypatch.setattr(auto.latencies, "one_round", one_round)
+    drive(policy(tmp_path), Ranks(), range(6), model())  # latencies given: none measured
+    for _ in range(2):
+        pol = policy(tmp_path, latency=None)
+        assert drive(pol, Ranks(), range(6), model()) == [] and pol.cached
+    assert len(calls) == auto.latencies.REPEATS + 1  # the third run read them
+    assert pol.measured is not None
+
+
+def test_latency_rounds_are_spread_over_the_profiling_steps(tmp_path, monkeypatch) -> None:
+    """One round of timed collectives per profiling step (steps 1-4 profile the two
+    buckets), the rest at the decision (step 5): no step pays for all of them."""
+    steps: list[int] = []
+    pol = policy(tmp_path, latency=None, cache=False)
+    now = {"step": -1}
+    real_update = pol.update
+
+    def update(comm, step, **kw):
+        now["step"] = step
+        return real_update(comm, step, **kw)
+
+    def one_round(comm, cands, plain, step, **kw):
+        steps.append(now["step"])
+        return np.full(len(cands), 1e-3)
+
+    monkeypatch.setattr(pol, "update", update)
+    monkeypatch.setattr(auto.latencies, "one_round", one_round)
+    drive(pol, Ranks(), range(6), model())
+    assert steps == [1, 2, 3, 4, 5, 5], steps
+    assert pol.measured is not None and decided(pol)[0] == (5, "decided (measured)")
+
+
+def test_the_cache_keeps_the_fitted_cost_model(tmp_path) -> None:
+    """A second fit of the same link differs (busy cores): the first one's prices are used,
+    so the decisions cannot flip between runs."""
+    first = policy(tmp_path, cost=None)
+    drive(first, Ranks(), range(6), model())
+    again = Ranks()
+    again._cost_params = CostParams(alpha=6e-5, beta=1.1e-8, gamma=1e-10)  # the same decade
+    second = policy(tmp_path, cost=None)
+    assert drive(second, again, range(6), model()) == []
+    assert second.cached and second.fitted == first.fitted == SLOW
+    assert second.decisions == first.decisions and second.rows == first.rows
+
+
+@pytest.mark.parametrize("change", ["shape", "dtype", "name", "world", "link", "candidates"])
+def test_the_cache_is_not_used_for_another_layout_world_size_or_link(tmp_path, change) -> None:
+    drive(policy(tmp_path), Ranks(), range(6), model())
+    buckets, comm, dtype, kw = model(), Ranks(), "torch.float32", {}
+    if change == "shape":
+        buckets = model(width=512)
+    elif change == "dtype":
+        dtype = "torch.bfloat16"
+    elif change == "name":
+        buckets[1][0] = Layer("fc3.weight", 128 * 128, (128, 128), "linear")
+    elif change == "world":
+        comm = Ranks(size=3)
+    elif change == "link":
+        comm._cost_params = CostParams(alpha=5e-6, beta=8e-11, gamma=1e-10)  # 100 Gbit/s
+    else:
+        kw = {"candidates": ("none", "fp16")}
+    pol = policy(tmp_path, **kw)
+    assert drive(pol, comm, range(6), buckets, dtype) == [1, 2, 3, 4]  # measured again
+    assert not pol.cached and len(list(tmp_path.glob("*.json"))) == 2
+
+
+def test_key_is_stable_and_names_what_it_depends_on() -> None:
+    layout = [[0, "w", [4, 4], "torch.float32"]]
+    k = cache.key(layout, 4, "mpi", ("none", "fp16"), 16384)
+    assert k == cache.key([list(x) for x in layout], 4, "mpi", ("none", "fp16"), 16384)
+    others = [cache.key([[1, "w", [4, 4], "torch.float32"]], 4, "mpi", ("none", "fp16"), 16384),
+              cache.key(layout, 2, "mpi", ("none", "fp16"), 16384),
+              cache.key(layout, 4, "gloo", ("none", "fp16"), 16384),
+              cache.key(layout, 4, "mpi", ("none",), 16384),
+              cache.key(layout, 4, "mpi", ("none", "fp16"), 0)]
+    assert len({k, *others}) == 6
+
+
+def _corrupt(path, how: str) -> None:
+    record = json.loads(path.read_text())
+    name = next(iter(record["table"]))
+    if how == "garbage":
+        path.write_bytes(b"\x00not json{")
+        return
+    if how == "truncated":
+        path.write_text(path.read_text()[:40])
+        return
+    if how == "foreign":
+        record["key"] = "0" * 64
+    elif how == "schema":
+        record["schema"] = 99
+    elif how == "negative":
+        record["table"][name][3] = -1.0
+    elif how == "infinite":
+        record["table"][name][3] = float("inf")
+    elif how == "short row":
+        record["table"][name] = record["table"][name][:-1]
+    elif how == "unknown layer":
+        record["table"]["ghost.weight"] = record["table"][name]
+    elif how == "kept":
+        record["table"][name][6] = 1e12  # keeps more elements than the layer has
+    elif how == "fit":
+        record["fit"] = {"alpha": -1.0, "beta": 1e-9, "gamma": 0.0}
+    elif how == "latency":
+        record["measured"] = {"ranks": 4, "seconds": {"none": 1.0}, "overhead_s": {}}
+    path.write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize("how", ["garbage", "truncated", "foreign", "schema", "negative",
+                                 "infinite", "short row", "unknown layer", "kept", "fit",
+                                 "latency"])
+def test_a_corrupt_cache_file_is_ignored_with_a_warning(tmp_path, how) -> None:
+    drive(policy(tmp_path), Ranks(), range(6), model())
+    (path,) = tmp_path.glob("*.json")
+    _corrupt(path, how)
+    pol = policy(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert drive(pol, Ranks(), range(6), model()) == [1, 2, 3, 4]  # measured again
+    said = [str(w.message) for w in caught]
+    assert any(str(path) in s and "ignored" in s for s in said), said
+    assert not pol.cached and decided(pol)[0] == (5, "decided (measured)")
+    assert json.loads(path.read_text())["schema"] == cache.SCHEMA  # rewritten, valid again
+
+
+def test_the_cache_can_be_switched_off(tmp_path) -> None:
+    drive(policy(tmp_path, cache=False), Ranks(), range(6), model())
+    assert not list(tmp_path.iterdir())
+
+
+def test_deciding_again_never_profiles_or_measures(tmp_path, monkeypatch) -> None:
+    pol = policy(tmp_path, cache=False, every=3)
+    drive(pol, Ranks(), range(6), model())
+    assert decided(pol) == [(5, "decided (measured)")]
+
+    def forbidden(*args, **kw):
+        raise AssertionError("a later decision profiled or timed collectives")
+
+    monkeypatch.setattr(profile.Profiler, "observe", forbidden)
+    monkeypatch.setattr(auto.latencies, "one_round", forbidden)
+    comm, buckets = Ranks(), model()
+    for step in range(6, 40):  # due every 3 steps; the shares move at 12, the norm at 20
+        pol.update(comm, step)
+        assert not pol.wants_profile(step)
+        for b, layers in enumerate(buckets):
+            pol.see_bucket(b, layers, ["torch.float32"] * len(layers))
+            scale = (1.0 if step < 20 else 50.0) * (b + 1 if step < 12 else 3 - b)
+            pol.observe_norm(step, scale, b)
+    events = [e for _, e in decided(pol)]
+    assert "decided (regime change)" in events and "decided (every 3)" in events, events
+    assert any(e["event"].startswith("kept") for e in pol.log)  # nothing moved: no work
+    assert set(pol.decisions) == {lay.name for layers in buckets for lay in layers}
+
+
+def test_live_bucket_norms_move_the_error_weights() -> None:
+    norms = np.array([3.0, 1.0, 4.0])  # layers 0 and 1 in bucket "a", layer 2 in "b"
+    w = weights(norms, ["a", "a", "b"], {})
+    np.testing.assert_allclose(w, norms / 8)
+    moved = weights(norms, ["a", "a", "b"], {"a": 3.0, "b": 1.0})
+    np.testing.assert_allclose(moved, [0.5625, 0.1875, 0.25])  # a: 3/4, split as profiled
+    half = weights(norms, ["a", "a", "b"], {"b": 2.0})  # only b seen live: nothing moves
+    np.testing.assert_allclose(half, w)
+
+
+def test_two_runs_on_two_ranks_decide_alike_from_the_cache(tmp_path) -> None:
+    for phase in ("first", "second"):
+        out = run("policy_cache.py", 2, phase, str(tmp_path), timeout=150)
+        _passed(out, "policy cache")
+
+
+def test_a_large_layer_is_profiled_on_a_sample_scaled_to_its_size(monkeypatch) -> None:
+    """Every 4th row of a 1024 x 1024 layer: bytes, kept elements and relative errors as the
+    whole layer's."""
+    layer = Layer("w", 1 << 20, (1024, 1024), "linear")
+    rng = np.random.default_rng(3)
+    low = rng.standard_normal((1024, 2)) @ rng.standard_normal((2, 1024))  # low rank + noise
+    grad = (low + 0.3 * rng.standard_normal(layer.shape)).astype(np.float32)
+    grad *= np.linspace(0.1, 2.0, 1024, dtype=np.float32)  # columns of different scales
+    part = profile.sample(grad)
+    assert part.shape == (256, 1024) and np.array_equal(part, grad[::4])
+    cands = AutoPolicy().config.candidates
+
+    def rows(sample_size: int) -> np.ndarray:
+        monkeypatch.setattr(profile, "SAMPLE", sample_size)
+        prof = profile.Profiler(cands)
+        prof.observe(0, layer, grad)
+        return prof.table()[1][0, 1:].reshape(len(cands), profile.PER_CANDIDATE)
+
+    whole, sampled = rows(1 << 21), rows(1 << 18)
+    np.testing.assert_allclose(sampled[:, 4], whole[:, 4], rtol=0.02)  # bytes
+    np.testing.assert_allclose(sampled[:, 5], whole[:, 5], rtol=0.02)  # kept elements
+    rel = np.sqrt(sampled[:, 0] / sampled[:, 1]), np.sqrt(whole[:, 0] / whole[:, 1])
+    np.testing.assert_allclose(rel[0][1:], rel[1][1:], rtol=0.1)  # "none": 0 either way
