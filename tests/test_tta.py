@@ -118,4 +118,5 @@ def test_bench_tta_smoke(tmp_path) -> None:
     assert out["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = out["txt"].read_text()
     assert "target accuracy" in table and "compute" in table
+    assert table.splitlines()[1].startswith("# command: compcoll bench tta ")
     assert "to target(s)" in res.stdout

@@ -186,8 +186,9 @@ def _write(args: argparse.Namespace, mpi: Any, rows: list[dict], lines: list[str
     if args.json:
         report.write_json(args.json, meta, rows)
     if args.txt:
+        command = "# command: " + " ".join(meta["command"])
         with open(args.txt, "w") as f:
-            f.write("\n".join(lines) + "\n")
+            f.write("\n".join([lines[0], command, *lines[1:]]) + "\n")
     if args.plot:
         report.plot(args.plot, rows, f"compcoll bench tta, {mpi.size} ranks"
                     f"{', link ' + args.link if args.link else ', shared memory'}")
