@@ -31,6 +31,7 @@ PATHS: dict[str, int] = {
     "allgather": 4,
     "broadcast": 5,
     "sparse_allreduce": 6,
+    "barrier": 7,
 }
 _NAMES = {code: name for name, code in PATHS.items()}
 

@@ -136,8 +136,13 @@ class Communicator(ABC):
         return out
 
     def barrier(self, timeout: float | None = None) -> None:
-        """Block until every rank has arrived (with a deadline)."""
-        self.allgather_ints(np.zeros(1, dtype=np.int64), collective="barrier", timeout=timeout)
+        """Block until every rank has arrived (with a deadline).
+
+        It sends the validation layout, so a rank in a barrier while another validates a
+        collective makes both raise MismatchError instead of misreading each other."""
+        from ..validation import agree  # validation is written on this module
+
+        agree(self, "barrier", {}, timeout)
 
     def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
                  tag: int, *, collective: str = "sendrecv", timeout: float | None = None) -> None:

@@ -132,6 +132,9 @@ def cases() -> list[tuple[str, str, Callable[[], Any]]]:
         ("allgather dtype", "dtype",
          lambda: collectives.allgather(x32().astype(np.float64 if odd else np.float32),
                                        timeout=T, **ON)),
+        ("barrier vs allreduce", "different calls",
+         (lambda: collectives.as_communicator(ON.get("comm")).barrier(timeout=T)) if odd
+         else allreduce()),
         ("allgather vs allreduce", "different calls",
          (lambda: collectives.allgather(x32(), timeout=T, **ON)) if odd else allreduce()),
     ]
