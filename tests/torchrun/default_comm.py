@@ -6,7 +6,6 @@ Run: torchrun --standalone --nproc-per-node 2 tests/torchrun/default_comm.py STO
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 import traceback
@@ -94,8 +93,9 @@ if R == 0:
     print(f"torchrun default comm: np={P} cases={sum(c for c, _ in gathered)} FAILURES {bad}",
           flush=True)
 dist.destroy_process_group()
-# The first group, destroyed above, goes before the interpreter tears torch down: gloo can
-# abort a process that finalizes a process group that late.
-del first
-gc.collect()
-sys.exit(1 if any(f for _, f in gathered) else 0)
+# Leave without interpreter finalization: gloo's worker threads may still hold finished work
+# objects whose tensors then get released after Python is torn down, and torch aborts the
+# process ("terminate called without an active exception"), an upstream teardown race that
+# has nothing to do with what was checked above.
+sys.stdout.flush()
+os._exit(1 if any(f for _, f in gathered) else 0)
