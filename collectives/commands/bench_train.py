@@ -13,7 +13,6 @@ the wire), final loss and test metric (digits accuracy; bits per byte on held-ou
 from __future__ import annotations
 
 import argparse
-import time
 import zlib
 from typing import Any
 
@@ -50,23 +49,12 @@ def _one(name: str, t: Any, args: argparse.Namespace, mpi: Any) -> dict[str, Any
     opt = common.adam(model.parameters(), args.lr)
     losses, times = [], []
     for step in range(args.steps):
-        common.watchdog(args)
-        mpi.Barrier()
-        t0 = time.perf_counter()
-        loss = t.loss(model, t.batch(step, mpi.rank, args.batch, args.seed))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=False)
-        times.append(time.perf_counter() - t0)
-        losses.append(float(loss.detach()))
-    compute = []
-    for step in range(10):  # the same work without communication
-        common.watchdog(args)
-        mpi.Barrier()
-        t0 = time.perf_counter()
-        with model.no_sync():
-            t.loss(model, t.batch(step, mpi.rank, args.batch, args.seed)).backward()
-        compute.append(time.perf_counter() - t0)
+        seconds, loss = common.timed_step(model, t, opt, step, args, mpi)
+        times.append(seconds)
+        losses.append(loss)
+    # the same work without communication (no optimizer step: the weights stay as trained)
+    compute = [common.timed_step(model, t, None, step, args, mpi, compute_only=True)[0]
+               for step in range(10)]
     warm = min(len(times) - 1, max(5, args.start_step + 3))
     per_step = np.empty(len(times))
     mpi.Allreduce(np.asarray(times), per_step, op=common.mpi_max())  # the slowest rank's time

@@ -17,8 +17,6 @@ the floor no scheme can beat; it has no quality and no target.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import time
 import zlib
 from typing import Any
 
@@ -80,17 +78,10 @@ def _train(name: str, t: Any, args: argparse.Namespace, mpi: Any,
     times: list[float] = []
     losses: list[float] = []
     evals = [] if compute else [(0, _quality(t, model, mpi))]
-    for step in range(args.steps):
-        common.watchdog(args)
-        mpi.Barrier()  # the clock runs only from here to the end of the step
-        t0 = time.perf_counter()
-        with model.no_sync() if compute else contextlib.nullcontext():
-            loss = t.loss(model, t.batch(step, mpi.rank, args.batch, args.seed))
-            loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=False)
-        times.append(time.perf_counter() - t0)
-        losses.append(float(loss.detach()))
+    for step in range(args.steps):  # the clock runs in the steps only, not in evaluations
+        seconds, loss = common.timed_step(model, t, opt, step, args, mpi, compute_only=compute)
+        times.append(seconds)
+        losses.append(loss)
         done = step + 1
         if not compute and (done % args.eval_every == 0 or done == args.steps):
             evals.append((done, _quality(t, model, mpi)))

@@ -5,10 +5,12 @@ the optimizer, the stall watchdog and the result files' metadata."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import faulthandler
 import os
 import socket
+import time
 from typing import Any
 
 from ..cli import UsageError
@@ -171,3 +173,19 @@ def meta(args: argparse.Namespace, mpi: Any) -> dict[str, Any]:
     return {"command": ["compcoll", *argv[:2], "-np", str(mpi.size), *argv[2:]],
             "ranks": mpi.size, "hostname": socket.gethostname(), "link": args.link,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def timed_step(model: Any, t: Any, opt: Any, step: int, args: argparse.Namespace, mpi: Any,
+               compute_only: bool = False) -> tuple[float, float]:
+    """One training step on every rank, (seconds, loss). The clock starts after a barrier and
+    stops when the optimizer is done; ``compute_only`` skips DDP's gradient communication."""
+    watchdog(args)
+    mpi.Barrier()
+    t0 = time.perf_counter()
+    with model.no_sync() if compute_only else contextlib.nullcontext():
+        loss = t.loss(model, t.batch(step, mpi.rank, args.batch, args.seed))
+        loss.backward()
+    if opt is not None:
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+    return time.perf_counter() - t0, float(loss.detach())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 COLUMNS = [("model", "model", 8, "{}"), ("run", "run", 9, "{}"),
@@ -12,15 +13,20 @@ COLUMNS = [("model", "model", 8, "{}"), ("run", "run", 9, "{}"),
            ("metric", "metric", 8, "{:.3f}"), ("metric_name", "", 13, "{}")]
 
 
-def header() -> str:
-    return " ".join(f"{h:>{w}}" for _, h, w, _ in COLUMNS)
+Column = tuple[str, str, int, str]  # (row key, heading, width, format)
 
 
-def format_row(row: dict[str, Any]) -> str:
+def header(columns: list[Column] = COLUMNS) -> str:
+    return " ".join(f"{h:>{w}}" for _, h, w, _ in columns)
+
+
+def format_row(row: dict[str, Any], columns: list[Column] = COLUMNS,
+               missing: Callable[[str, dict[str, Any]], str] = lambda key, row: "-") -> str:
+    """One table line; ``missing(key, row)`` is the text of an absent value."""
     cells = []
-    for key, _, width, fmt in COLUMNS:
+    for key, _, width, fmt in columns:
         v = row.get(key)
-        cells.append(f"{'-' if v is None else fmt.format(v):>{width}}")
+        cells.append(f"{missing(key, row) if v is None else fmt.format(v):>{width}}")
     return " ".join(cells)
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from . import train_report
 
 COLUMNS = [("model", "model", 8, "{}"), ("run", "run", 11, "{}"),
            ("target_s", "to target(s)", 12, "{:.2f}"), ("target_step", "at step", 7, "{}"),
@@ -27,20 +28,16 @@ LABELS = {"ddp": "DDP, no hook", "fp16": "PyTorch fp16 hook", "bf16": "PyTorch b
 
 
 def header() -> str:
-    return " ".join(f"{h:>{w}}" for _, h, w, _ in COLUMNS)
+    return train_report.header(COLUMNS)
+
+
+def _missing(key: str, row: dict[str, Any]) -> str:
+    return "not reached" if key == "target_s" and row.get("target") is not None else "-"
 
 
 def format_row(row: dict[str, Any]) -> str:
     """One table line; a run with a target that never reached it says so."""
-    cells = []
-    for key, _, width, fmt in COLUMNS:
-        v = row.get(key)
-        if key == "target_s" and v is None and row.get("target") is not None:
-            text = "not reached"
-        else:
-            text = "-" if v is None else fmt.format(v)
-        cells.append(f"{text:>{width}}")
-    return " ".join(cells)
+    return train_report.format_row(row, COLUMNS, _missing)
 
 
 def add_ratios(rows: list[dict[str, Any]]) -> None:
@@ -61,10 +58,7 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
             r[key] = ref[r["model"]] / mine if mine and r["model"] in ref else None
 
 
-def write_json(path: str, meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-    with open(path, "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
-        f.write("\n")
+write_json = train_report.write_json
 
 
 def plot(path: str, rows: list[dict[str, Any]], title: str) -> None:
