@@ -88,8 +88,6 @@ def to_host(x: Any) -> tuple[np.ndarray, ArrayInfo]:
     if not arr.dtype.isnative:  # the kernels read native numbers: convert, hand back alike
         order = arr.dtype.byteorder
         arr = arr.astype(arr.dtype.newbyteorder("="))
-    elif not arr.flags.writeable:
-        arr = arr.copy()  # the compiled kernels take writable arrays (they only read x)
     if arr.dtype == np.uint16:
         raise ValueError("uint16 arrays are ambiguous: pass bfloat16 data as a torch tensor")
     name = _NUMPY_NAMES.get(arr.dtype)

@@ -36,10 +36,6 @@ def _store(result: np.ndarray, work: np.ndarray, dtype: Any) -> None:
         np.copyto(work, result, casting="same_kind")
 
 
-def _writeable(source: np.ndarray | None) -> bool:
-    return source is None or bool(source.flags.writeable)
-
-
 def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedback: Any,
                           scheme: str, op: str, out: Any, name: str | None, step: int,
                           algorithm: str, sparse_algorithm: str, k: int | None,
@@ -73,10 +69,8 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
         costmodel.params(c, timeout=timeout)  # fit now, collectively, not midway through
     if scheme == "auto":
         scheme = choose(c, comp, prepared.work.size, dtype.itemsize, schemes)
-    if (op == "avg" and dtype.itemsize == 2) or not _writeable(prepared.source):
-        # the input is scaled in place first; a read-only input is copied once because the
-        # kernels take writable arrays
-        prepared.load()
+    if op == "avg" and dtype.itemsize == 2:
+        prepared.load()  # the input is scaled in place first
     ops.prescale(prepared.work, dtype, op, c.size)  # fp16/bf16 average: divide first
     source = prepared.source if prepared.source is not None else prepared.work
     ctx = make_ctx(c, c.next_tag(), comp, feedback, name or "buffer", step,
