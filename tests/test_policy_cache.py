@@ -309,8 +309,10 @@ def test_a_large_layer_is_profiled_on_a_sample_scaled_to_its_size(monkeypatch) -
     low = rng.standard_normal((1024, 2)) @ rng.standard_normal((2, 1024))  # low rank + noise
     grad = (low + 0.3 * rng.standard_normal(layer.shape)).astype(np.float32)
     grad *= np.linspace(0.1, 2.0, 1024, dtype=np.float32)  # columns of different scales
+    monkeypatch.setattr(profile, "SAMPLE", 1 << 18)
     part = profile.sample(grad)
-    assert part.shape == (256, 1024) and np.array_equal(part, grad[::4])
+    assert part.shape == (256, 1024) and np.array_equal(part, profile.sample(grad))
+    assert not np.array_equal(part, grad[::4])  # random rows, not strided
     cands = AutoPolicy().config.candidates
 
     def rows(sample_size: int) -> np.ndarray:
@@ -324,3 +326,55 @@ def test_a_large_layer_is_profiled_on_a_sample_scaled_to_its_size(monkeypatch) -
     np.testing.assert_allclose(sampled[:, 5], whole[:, 5], rtol=0.02)  # kept elements
     rel = np.sqrt(sampled[:, 0] / sampled[:, 1]), np.sqrt(whole[:, 0] / whole[:, 1])
     np.testing.assert_allclose(rel[0][1:], rel[1][1:], rtol=0.1)  # "none": 0 either way
+
+
+def test_a_hashed_embedding_is_not_aliased_by_the_sample(monkeypatch) -> None:
+    """A table indexed by a multiplicative hash: the common tokens land on rows that a
+    strided sample (every 16th row) happens to hit, a few rows that rank 4 fits exactly.
+    The random row sample sees the table's spread of rows, and low rank's real error."""
+    monkeypatch.setattr(profile, "SAMPLE", 1 << 14)
+    layer = Layer("table", 4096 * 16, (4096, 16), "embedding")
+    rng = np.random.default_rng(5)
+    grad = np.zeros(layer.shape, np.float32)
+    common = (np.arange(1, 4) * 16 * 2654435761) % 4096  # three tokens, on every 16th row
+    rare = rng.choice(4096, 300, replace=False)
+    grad[rare] = 0.3 * rng.standard_normal((300, 16)).astype(np.float32)
+    grad[common] = 5 * rng.standard_normal((3, 16)).astype(np.float32)
+    strided = grad[::4]
+    assert np.count_nonzero(np.abs(strided).sum(1)) <= 3 + 300 // 4 + 30
+    spec = "powersgd:rank=4"
+    prof = profile.Profiler(("none", spec))
+    prof.observe(0, layer, grad)
+    cols = prof.table()[1][0, 1:].reshape(2, profile.PER_CANDIDATE)
+    assert np.sqrt(cols[1, 0] / cols[1, 1]) > 0.3  # most of the rare rows' gradient is lost
+
+
+def test_a_growing_residual_rules_a_compressor_out(monkeypatch) -> None:
+    """Top-k 1% of a dense, noisy gradient holds back ever more of it (the residual grows
+    past one step's gradient within a few steps); 8-bit's residual stays a small fraction.
+    The policy then never picks top-k for the layer, even on a link where it would be the
+    fastest, and says why in its table."""
+    layer = Layer("w", 512 * 512, (512, 512), "linear")
+    rng = np.random.default_rng(7)
+    cands = ("none", "uniform:bits=8", "topk:ratio=0.01")
+    prof = profile.Profiler(cands)
+    for step in range(5):
+        prof.observe(step, layer, rng.standard_normal(layer.shape).astype(np.float32))
+    cols = prof.table()[1][0, 1:].reshape(len(cands), profile.PER_CANDIDATE)
+    growth = np.sqrt(cols[:, profile.RESIDUAL])
+    assert growth[0] == 0 and growth[1] < 0.1 and growth[2] > 1.5, growth
+    # Priced on a slow link with a generous error budget, top-k would win on bytes alone.
+    policy = AutoPolicy(candidates=cands, max_error=10.0, first=0, probe_steps=5,
+                        cost=SLOW, latency="model", min_numel=0)
+    free = AutoPolicy(candidates=cands, max_error=10.0, first=0, probe_steps=5, cost=SLOW,
+                      latency="model", min_numel=0, max_residual=float("inf"))
+    picks = []
+    for pol in (policy, free):
+        comm = Ranks()
+        for step in range(6):
+            pol.update(comm, step)
+            if pol.wants_profile(step):
+                pol.observe(step, layer, rng.standard_normal(layer.shape).astype(np.float32))
+        picks.append(pol.decisions["w"])
+    assert [p.split(":")[0] for p in picks] == ["uniform", "topk"], picks
+    assert "topk" in policy.table().splitlines()[1]  # listed as held back

@@ -33,7 +33,7 @@ import compressors
 
 from .profile import PER_CANDIDATE
 
-SCHEMA = 1
+SCHEMA = 2
 ENV = "COMPCOLL_CACHE_DIR"
 
 

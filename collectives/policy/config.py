@@ -22,8 +22,15 @@ class AutoConfig:
     #: profiling, no pause).
     every: int = 100
     first: int = 2
-    #: Steps each bucket is profiled for; the buckets are profiled one per step.
-    probe_steps: int = 2
+    #: Steps each bucket is profiled for, one bucket after another: enough for a residual
+    #: that keeps growing to show it (see ``max_residual``).
+    probe_steps: int = 5
+    #: Convergence, not per-step error: a compressor whose error-feedback residual at the
+    #: end of the probe steps is more than this many times the step's gradient (in norm) is
+    #: not used for the layer. A bounded residual is sent a step or two late; a growing one
+    #: (top-k on a dense layer, low rank on an embedding table) withholds ever more of the
+    #: update, which per-step relative error does not show.
+    max_residual: float = 1.0
     window: int = 25
     threshold: float = 0.5
     bins: int = 256
@@ -67,6 +74,9 @@ class AutoConfig:
                 raise ValueError(f"{key} must be an integer >= 1, got {getattr(self, key)!r}")
         if not (isinstance(self.first, int) and self.first >= 0):
             raise ValueError(f"first must be an integer >= 0, got {self.first!r}")
+        if not 0 < self.max_residual <= math.inf:
+            raise ValueError(f"max_residual must be > 0 (inf: no bound), got "
+                             f"{self.max_residual}")
         if not self.min_gain >= 0:
             raise ValueError(f"min_gain must be >= 0 seconds, got {self.min_gain}")
         if not 0 <= self.margin < 1:

@@ -2,6 +2,14 @@
 
 Pure pricing: nothing here profiles or times anything, so deciding again costs a few
 milliseconds of arithmetic (and one small allgather in :func:`plan.agreed`).
+
+What a compressor may do to a layer is bounded twice. The step's total error, weighted by
+each layer's share of the gradient norm, must fit the budget; and each layer's own relative
+error must too. The second bound matters under Adam-type optimizers, which give every
+layer an update of about the same size whatever its gradient's norm: an embedding table
+with a small share of the norm is not free to lose most of its gradient. A compressor whose
+error-feedback residual grew past ``max_residual`` steps of gradient while profiling is
+ruled out for the layer as well (see ``profile``).
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from .. import costmodel
 from . import plan
 from .base import short
 from .layers import Layer
-from .profile import PER_CANDIDATE
+from .profile import PER_CANDIDATE, RESIDUAL
 
 
 @dataclass
@@ -64,7 +72,8 @@ def decide(comm: Any, cfg: Any, layers: list[Layer], rows: np.ndarray, measured:
            cost: costmodel.CostParams, fixed: list[float],
            standing: Mapping[str, str]) -> Outcome:
     """The plan of least predicted step time within the error budget (see ``auto``); a
-    layer under ``cfg.min_numel`` elements or not ``measured`` is sent uncompressed."""
+    layer under ``cfg.min_numel`` elements or not ``measured`` is sent uncompressed, and a
+    compressor whose residual grew past ``cfg.max_residual`` is not used for the layer."""
     cands, budget = cfg.candidates, cfg.max_error ** 2
     share = weights(rows[:, 0], buckets, live)
     times, errors, rel = [], [], []
@@ -72,9 +81,12 @@ def decide(comm: Any, cfg: Any, layers: list[Layer], rows: np.ndarray, measured:
         cols = row[1:].reshape(len(cands), PER_CANDIDATE)
         r = np.sqrt(cols[:, 0] / np.maximum(cols[:, 1], 1e-300))
         plain_only = layer.numel < cfg.min_numel or not seen
-        times.append([math.inf if plain_only and spec != "none" else
+        # Ruled out for this layer: a residual that grows, or a per-step error above the
+        # whole budget (see the module doc).
+        ruled_out = (np.sqrt(cols[:, RESIDUAL]) > cfg.max_residual) | (r > cfg.max_error)
+        times.append([math.inf if spec != "none" and (plain_only or ruled) else
                       plan.price(comm.size, layer, spec, col, cost)
-                      for spec, col in zip(cands, cols, strict=True)])
+                      for spec, col, ruled in zip(cands, cols, ruled_out, strict=True)])
         errors.append([float(w * x * x) for x in r])
         rel.append(r)
     body = plan.bodies(comm.size, cands, times, cost)
@@ -94,7 +106,11 @@ def decide(comm: Any, cfg: Any, layers: list[Layer], rows: np.ndarray, measured:
     out.rows = [{"layer": lay.name, "numel": lay.numel, "kind": lay.kind,
                  "compressor": cands[c],
                  "bytes": int(row[1:].reshape(-1, PER_CANDIDATE)[c, 4]),
-                 "predicted_us": (body[i][c] + fixed[c]) * 1e6, "error": float(rel[i][c])}
+                 "predicted_us": (body[i][c] + fixed[c]) * 1e6, "error": float(rel[i][c]),
+                 "residual": float(np.sqrt(row[1:].reshape(-1, PER_CANDIDATE)[c, RESIDUAL])),
+                 "held_back": [cands[j] for j, x in enumerate(
+                     row[1:].reshape(-1, PER_CANDIDATE)[:, RESIDUAL])
+                     if np.sqrt(x) > cfg.max_residual]}
                 for i, (lay, c, row) in enumerate(zip(layers, pick, rows, strict=True))]
     return out
 
@@ -115,9 +131,11 @@ def render(rows: list[dict[str, Any]], error: float, budget: float,
     """A decision as a text table: layer, numel, compressor, bytes, predicted time, error."""
     width = max(len(r["layer"]) for r in rows)
     lines = [f"{'layer':<{width}} {'numel':>9} {'compressor':<16} {'bytes':>9} "
-             f"{'pred_us':>9} {'error':>7}"]
+             f"{'pred_us':>9} {'error':>7} {'resid':>6}  residual grew past the bound"]
     lines += [f"{r['layer']:<{width}} {r['numel']:>9} {short(r['compressor']):<16} "
-              f"{r['bytes']:>9} {r['predicted_us']:>9.1f} {r['error']:>7.4f}" for r in rows]
+              f"{r['bytes']:>9} {r['predicted_us']:>9.1f} {r['error']:>7.4f} "
+              f"{r.get('residual', 0.0):>6.2f}  "
+              f"{', '.join(short(c) for c in r.get('held_back', [])) or '-'}" for r in rows]
     lines.append(f"total relative error {error:.4f} (budget {budget})")
     if collective_s:
         lines.append("one collective (us): " + ", ".join(

@@ -3,12 +3,20 @@
 Each candidate keeps a shadow residual per layer, so the error measured over the probe steps
 is the error the compressor would make inside error feedback, not on a raw gradient. Times
 are this machine's compress and decompress times, on the layer's real size or scaled from a
-sample of a large layer (``SAMPLE``).
+sample of a large layer (``SAMPLE``: random rows, the same on every rank and step).
+
+Error feedback converges when its residual stays bounded: what a compressor holds back is
+sent a few steps later. A compressor whose residual keeps growing against the gradient
+(top-k on a dense layer, low rank on an embedding table) delays more and more of the update,
+however small its per-step error looks. So the table also keeps, per candidate, the residual's
+squared norm over the step's gradient's at the last probe step (``RESIDUAL``): the number of
+steps of gradient the compressor holds back, which the policy bounds.
 """
 
 from __future__ import annotations
 
 import time
+import zlib
 from typing import Any
 
 import numpy as np
@@ -22,15 +30,17 @@ from .layers import Layer
 F32 = lookup("float32")
 
 #: Columns per candidate in the shared table: err^2 sum, |x|^2 sum, compress s,
-#: decompress s, payload bytes, kept elements (sparse payloads).
-PER_CANDIDATE = 6
+#: decompress s, payload bytes, kept elements (sparse payloads), residual^2 / gradient^2 at
+#: the last probe step.
+PER_CANDIDATE = 7
+RESIDUAL = 6  # the column of the residual's growth
 REPEATS = 5
 #: Elements a large layer is profiled on: every s-th row (or element) of it, with times,
 #: bytes and sums scaled by the layer's size over the sample's. The codecs are linear in the
 #: elements, and an elementwise, blockwise or top-k coder's relative error is the sample's
 #: (a low-rank one's too, closely: rows drawn from a low-rank matrix keep its rank), so
 #: profiling costs about the same for any layer size.
-SAMPLE = 1 << 18
+SAMPLE = 1 << 16
 
 
 def _factors(comp: Any, shape: tuple[int, ...]) -> int:
@@ -38,15 +48,21 @@ def _factors(comp: Any, shape: tuple[int, ...]) -> int:
     return sum(np.dtype(dt).itemsize * int(n) for dt, n in comp.layout(shape, "float32").values())
 
 
-def sample(g: np.ndarray) -> np.ndarray:
-    """Every s-th row of ``g`` (every s-th element when it has fewer rows), at most about
-    ``SAMPLE`` elements; ``g`` itself when it is that small."""
+def sample(g: np.ndarray, name: str = "") -> np.ndarray:
+    """A fixed random set of about 1/s of the rows of ``g`` (of its elements when it has
+    fewer rows than s), in order, at most about ``SAMPLE`` elements; ``g`` itself when it is
+    that small. The set depends only on ``name`` and the shape, so every rank and every step
+    sees the same rows (a shadow residual follows them). Random, not every s-th: a strided
+    sample aliases with hashed or periodic layouts (an embedding table indexed by a
+    multiplicative hash puts a handful of common tokens on every 16th row)."""
     s = -(-g.size // SAMPLE)
     if s <= 1:
         return g
-    if g.ndim >= 2 and g.shape[0] >= s:
-        return np.ascontiguousarray(g[::s])
-    return np.ascontiguousarray(g.reshape(-1)[::s])
+    rows = g.ndim >= 2 and g.shape[0] >= s
+    n = g.shape[0] if rows else g.size
+    pick = np.sort(np.random.default_rng(zlib.crc32(f"{name}{g.shape}".encode()))
+                   .choice(n, n // s, replace=False))
+    return np.ascontiguousarray(g[pick] if rows else g.reshape(-1)[pick])
 
 
 class Profiler:
@@ -73,7 +89,7 @@ class Profiler:
         # One single-threaded pass in double (no BLAS thread team, no float64 copy).
         row[0] += ops.sum_squares(g.reshape(-1), F32)
         cols = row[1:].reshape(-1, PER_CANDIDATE)
-        part = sample(g)
+        part = sample(g, layer.name)
         for c, spec in enumerate(self.candidates):
             comp, ef = self.comps[spec], self.feedback[spec]
             low_rank = bool(comp.capabilities.allreduce_steps)
@@ -103,6 +119,10 @@ class Profiler:
             xs = np.asarray(x, np.float64).reshape(-1)
             cols[c, 0] += scale * np.square(d).sum() if np.isfinite(d).all() else 0.0
             cols[c, 1] += scale * np.square(xs).sum() if np.isfinite(xs).all() else 0.0
+            # The residual is now d (x less what was sent): its size in steps of gradient.
+            gs = float(np.square(np.asarray(src, np.float64)).sum())
+            cols[c, RESIDUAL] = float(np.square(d).sum()) / gs if gs > 0 and \
+                np.isfinite(d).all() else 0.0
             cols[c, 2] = min(cols[c, 2], scale * tc)
             cols[c, 3] = min(cols[c, 3], scale * td)
             # A low-rank payload grows with the rows (P), not the columns (Q): the layer's own.
@@ -133,8 +153,8 @@ class Profiler:
 
 
 def combine(comm: Any, rows: np.ndarray) -> np.ndarray:
-    """The same table on every rank: sums and errors averaged, times and sizes the maximum
-    (the slowest rank paces the collective)."""
+    """The same table on every rank: sums and errors averaged; times, sizes and residuals the
+    maximum (the slowest rank paces the collective; the worst residual bounds the plan)."""
     flat = np.ascontiguousarray(rows, dtype=np.float64).reshape(-1)
     table = comm.allgather_ints(flat.view(np.int64), collective="policy profile")
     every = np.asarray(table).view(np.float64).reshape(comm.size, *rows.shape)
