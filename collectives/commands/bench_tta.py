@@ -4,12 +4,18 @@ Every run trains the same model from the same weights on the same batches for ``
 steps (or, with ``--stop-at-target``, until it reaches the target) and measures the test
 quality every ``--eval-every`` steps. The clock is training wall-clock time: the sum of each
 step's time on the slowest rank, evaluation excluded (ranks meet at a barrier before each
-step, so evaluating pauses the clock). DDP without a hook runs first: its best quality less
-``--tolerance`` (points of accuracy, or percent of a loss) is the target of every run.
+step, so evaluating pauses the clock). Each curve is smoothed by a trailing moving average
+over ``--smooth`` evaluations (``tta_target``), so one lucky or unlucky evaluation neither
+sets nor meets the target. DDP without a hook runs first: its best smoothed quality less
+``--tolerance`` (points of accuracy, or percent of a loss) is the target of every run, and a
+run reaches it at the first evaluation whose smoothed quality meets it.
 Reported per run: time and step at which the target was first reached (or "not reached"),
-its ratio to the fp16 hook's, final and best quality, the payload each rank contributes per
-step, mean step (all steps: first steps and any re-planning included), median step (after
-warm-up), time of the first 10 steps, and the curve of quality against time. The run
+its ratio to the fp16 hook's, final and best smoothed quality, the payload each rank
+contributes per step, mean step (all steps: first steps and any re-planning included),
+median step (after warm-up), the worst stretch of 5 steps after the first against that
+median, time of the first 10 steps, the curves of quality against time (raw and smoothed),
+and a second table, the step split: forward, backward, optimizer, time in our hook, and the
+wait that synchronising gradients adds to backward (``tta_steps`` defines each). The run
 ``compute`` trains the same ranks under ``no_sync`` (no gradient communication): its step is
 the floor no scheme can beat; it has no quality and no target.
 """
@@ -26,9 +32,10 @@ from ..cli import UsageError, command
 from . import checks
 from . import train_common as common
 from . import tta_report as report
+from . import tta_steps as steps
 from .train_models import MODELS, task
 from .train_runs import ONE_BUCKET, RUNS, payload_bytes
-from .tta_target import Target, best, first_reached, target
+from .tta_target import Target, best, first_reached, reference_target, smooth
 
 COMPUTE = "compute"
 TTA_RUNS = ["ddp", "fp16", "bf16", "powersgd1", "powersgd", "auto", "int8+ef", "int4+ef",
@@ -45,8 +52,12 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-every", type=checks.positive_int, default=10, metavar="N",
                    help="measure the test quality every N steps (10)")
     p.add_argument("--tolerance", type=checks.nonneg_float, default=1.0,
-                   help="target = DDP's best quality less this many points of accuracy, or "
-                   "plus this many percent of a loss (1)")
+                   help="target = DDP's best smoothed quality less this many points of "
+                   "accuracy, or plus this many percent of a loss (1)")
+    p.add_argument("--smooth", type=checks.positive_int, default=3, metavar="K",
+                   help="smooth every quality curve by the mean of its last K evaluations "
+                   "before deriving the target and deciding when a run reaches it (3; 1: "
+                   "raw evaluations)")
     p.add_argument("--stop-at-target", action="store_true",
                    help="end a run (but DDP's) once it reaches the target")
 
@@ -77,15 +88,19 @@ def _train(name: str, t: Any, args: argparse.Namespace, mpi: Any,
     opt = common.adam(model.parameters(), args.lr)
     times: list[float] = []
     losses: list[float] = []
+    parts: list[tuple[float, ...]] = []  # per step: forward, backward, optimizer, hook
     evals = [] if compute else [(0, _quality(t, model, mpi))]
     for step in range(args.steps):  # the clock runs in the steps only, not in evaluations
-        seconds, loss = common.timed_step(model, t, opt, step, args, mpi, compute_only=compute)
-        times.append(seconds)
-        losses.append(loss)
+        st = common.split_step(model, t, opt, step, args, mpi, compute_only=compute)
+        times.append(st.seconds)
+        losses.append(st.loss)
+        hook = 0.0 if state is None else steps.hook_seconds(state, step)
+        parts.append((st.forward, st.backward, st.optimizer, hook))
         done = step + 1
         if not compute and (done % args.eval_every == 0 or done == args.steps):
             evals.append((done, _quality(t, model, mpi)))
-            if goal is not None and args.stop_at_target and goal.reached(evals[-1][1]):
+            if (goal is not None and args.stop_at_target
+                    and goal.reached_last([q for _, q in evals])):
                 break
     per_step = np.empty(len(times))
     mpi.Allreduce(np.asarray(times), per_step, op=common.mpi_max())  # the slowest rank's
@@ -94,21 +109,26 @@ def _train(name: str, t: Any, args: argparse.Namespace, mpi: Any,
     flat = torch.cat([p.detach().reshape(-1) for p in model.module.parameters()]).numpy()
     agree = len(set(mpi.allgather(zlib.crc32(flat.tobytes())))) == 1  # not hash(): salted
     curve = [(s, float(clock[s]), q) for s, q in evals]
+    smoothed = smooth(curve, args.smooth)
     mean_loss = np.asarray(mpi.allreduce(np.asarray(losses))) / mpi.size  # training loss
     row: dict[str, Any] = {
         "model": t.name, "run": name, "metric_name": t.metric,
         "higher_is_better": t.higher_is_better, "steps": len(times), "bucket_mb": bucket_mb,
-        "parameters": int(flat.size), "curve": curve,
+        "parameters": int(flat.size), "curve": curve, "smoothed": smoothed,
         "final": curve[-1][2] if curve else None,
         "best": best(curve, t.higher_is_better) if curve else None,
+        "smoothed_final": smoothed[-1][2] if curve else None,
+        "smoothed_best": best(smoothed, t.higher_is_better) if curve else None,
         "bytes_per_step": 0 if compute else payload_bytes(name, model.module, state),
         "mean_ms": float(per_step.mean()) * 1e3,
         "median_ms": float(np.median(per_step[warm:])) * 1e3,
+        "split_ms": steps.split_ms(parts, warm, mpi, with_hook=state is not None),
         "first10_s": float(per_step[:10].sum()), "train_s": float(clock[-1]),
         "final_loss": float(mean_loss[-10:].mean()), "losses": mean_loss.tolist(),
         "ranks_agree": None if compute else agree,
         "step_times_ms": (per_step * 1e3).tolist()}
     row["mb_per_step"] = row["bytes_per_step"] / 1e6
+    row["worst5_x"] = steps.worst_stretch(row["step_times_ms"], row["median_ms"])
     if state is not None:
         if getattr(state.policy, "adaptive", False):
             row["decisions"] = state.policy.table()
@@ -145,19 +165,23 @@ def run(args: argparse.Namespace) -> int:
             common.watchdog(args)
             row = _train(run_name, t, args, mpi, goal)
             if run_name == "ddp":
-                goal = target(row["best"], t.higher_is_better, args.tolerance)
+                goal = reference_target(row["curve"], t.higher_is_better, args.tolerance,
+                                        args.smooth)
                 targets[name] = goal.describe("ddp", t.metric)
                 _say(mpi, f"# {name}: {targets[name]}\n{report.header()}")
             _score(row, None if run_name == COMPUTE else goal)
             rows.append(row)
             report.add_ratios(rows)
             _say(mpi, report.format_row(row))
+    steps.add_exposed(rows, COMPUTE)
     table = [*(f"# {m}: {how}" for m, how in targets.items()), report.header(),
-             *(report.format_row(r) for r in rows),
+             *(report.format_row(r) for r in rows), *steps.split_table(rows),
              *(f"# auto policy decisions, {r['model']}:\n{r['decisions']}"
                for r in rows if "decisions" in r)]
     _say(mpi, "\n".join(["# all runs (vs fp16, vs hooks: the fp16 hook's, the soonest "
-                         "PyTorch hook's time to target over the run's)",
+                         "PyTorch hook's time to target over the run's; final, best: of "
+                         f"the curve smoothed over {args.smooth} evaluation(s); worst5/med: "
+                         "the slowest 5 steps in a row after the first over the median)",
                          *table]))
     if mpi.rank == 0:
         _write(args, mpi, rows, [title, *table], targets)
@@ -173,7 +197,8 @@ def _say(mpi: Any, text: str) -> None:
 def _write(args: argparse.Namespace, mpi: Any, rows: list[dict], lines: list[str],
            targets: dict[str, str]) -> None:
     meta = common.meta(args, mpi)
-    meta.update(tolerance=args.tolerance, eval_every=args.eval_every, targets=targets)
+    meta.update(tolerance=args.tolerance, eval_every=args.eval_every, smooth=args.smooth,
+                targets=targets)
     if args.json:
         report.write_json(args.json, meta, rows)
     if args.txt:

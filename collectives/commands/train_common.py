@@ -11,6 +11,7 @@ import faulthandler
 import os
 import socket
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ..cli import UsageError
@@ -175,17 +176,41 @@ def meta(args: argparse.Namespace, mpi: Any) -> dict[str, Any]:
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
-def timed_step(model: Any, t: Any, opt: Any, step: int, args: argparse.Namespace, mpi: Any,
-               compute_only: bool = False) -> tuple[float, float]:
-    """One training step on every rank, (seconds, loss). The clock starts after a barrier and
-    stops when the optimizer is done; ``compute_only`` skips DDP's gradient communication."""
+@dataclass(frozen=True)
+class StepTime:
+    """One training step on one rank: its loss and seconds, whole and in parts."""
+
+    seconds: float  # from the barrier's end to the optimizer's
+    loss: float
+    forward: float  # the loss computation (DDP's forward included)
+    backward: float  # loss.backward(): DDP's hooks and its wait for their futures included
+    optimizer: float  # opt.step() and zero_grad (0 without an optimizer)
+
+
+def split_step(model: Any, t: Any, opt: Any, step: int, args: argparse.Namespace, mpi: Any,
+               compute_only: bool = False) -> StepTime:
+    """One training step on every rank, timed whole and in parts. The clock starts after a
+    barrier and stops when the optimizer is done; ``compute_only`` skips DDP's gradient
+    communication. DDP waits for every bucket's communication at the end of backward, so
+    that wait is in ``backward``."""
     watchdog(args)
     mpi.Barrier()
     t0 = time.perf_counter()
     with model.no_sync() if compute_only else contextlib.nullcontext():
         loss = t.loss(model, t.batch(step, mpi.rank, args.batch, args.seed))
+        t1 = time.perf_counter()
         loss.backward()
+    t2 = time.perf_counter()
     if opt is not None:
         opt.step()
         opt.zero_grad(set_to_none=False)
-    return time.perf_counter() - t0, float(loss.detach())
+    t3 = time.perf_counter()
+    return StepTime(t3 - t0, float(loss.detach()), t1 - t0, t2 - t1, t3 - t2)
+
+
+def timed_step(model: Any, t: Any, opt: Any, step: int, args: argparse.Namespace, mpi: Any,
+               compute_only: bool = False) -> tuple[float, float]:
+    """One training step on every rank, (seconds, loss): :func:`split_step` without the
+    parts."""
+    st = split_step(model, t, opt, step, args, mpi, compute_only)
+    return st.seconds, st.loss

@@ -1,4 +1,8 @@
-"""``bench tta``'s outputs: the table, JSON (every curve) and a PNG of quality against time."""
+"""``bench tta``'s outputs: the table, JSON (every curve) and a PNG of quality against time.
+
+The table's ``final`` and ``best`` are of the smoothed curve (the one compared with the
+target); the JSON keeps both curves (``curve`` raw, ``smoothed``) and both pairs of values.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,10 @@ from . import train_report
 COLUMNS = [("model", "model", 8, "{}"), ("run", "run", 11, "{}"),
            ("target_s", "to target(s)", 12, "{:.2f}"), ("target_step", "at step", 7, "{}"),
            ("vs_fp16", "vs fp16", 7, "{:.2f}x"), ("vs_hooks", "vs hooks", 8, "{:.2f}x"),
-           ("final", "final", 7, "{:.4f}"), ("best", "best", 7, "{:.4f}"),
+           ("smoothed_final", "final", 7, "{:.4f}"), ("smoothed_best", "best", 7, "{:.4f}"),
            ("mb_per_step", "MB/step", 8, "{:.3f}"),
            ("mean_ms", "mean(ms)", 9, "{:.1f}"), ("median_ms", "median(ms)", 10, "{:.1f}"),
+           ("worst5_x", "worst5/med", 10, "{:.2f}x"),
            ("first10_s", "first10(s)", 10, "{:.2f}"), ("train_s", "train(s)", 8, "{:.2f}")]
 
 #: The runs whose times to target the others are compared with: PyTorch's fp16 hook, and the
@@ -62,9 +67,10 @@ write_json = train_report.write_json
 
 
 def plot(path: str, rows: list[dict[str, Any]], title: str) -> None:
-    """Per model, every synchronised run's quality against training wall-clock time, the
-    target as a dashed horizontal line: the whole curves above, a zoom on the target below
-    (the compute-only run trains each rank's own model and is left out)."""
+    """Per model, every synchronised run's smoothed quality against training wall-clock time
+    (lines; the raw evaluations as faint dots of the same colour), the target as a dashed
+    horizontal line: the whole curves above, a zoom on the target below (the compute-only run
+    trains each rank's own model and is left out)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -76,9 +82,11 @@ def plot(path: str, rows: list[dict[str, Any]], title: str) -> None:
         mine = [r for r in rows if r["model"] == model and r.get("target") is not None]
         for ax in axes[:, col]:
             for r in mine:
+                _, seconds, quality = zip(*r["smoothed"], strict=True)
+                line, = ax.plot(seconds, quality, label=LABELS.get(r["run"], r["run"]))
                 _, seconds, quality = zip(*r["curve"], strict=True)
-                ax.plot(seconds, quality, label=LABELS.get(r["run"], r["run"]), marker=".",
-                        markersize=3)
+                ax.plot(seconds, quality, linestyle="none", marker=".", markersize=4,
+                        alpha=0.4, color=line.get_color())
             if mine:
                 ax.axhline(mine[0]["target"], color="black", linestyle="--", linewidth=1,
                            label="target")
@@ -97,10 +105,10 @@ def plot(path: str, rows: list[dict[str, Any]], title: str) -> None:
 
 
 def _zoom(rows: list[dict[str, Any]]) -> tuple[float, float]:
-    """Quality limits around the target: six times its distance to the reference's best on
-    the worse side, three times on the better."""
+    """Quality limits around the target: six times its distance to the reference's best
+    (smoothed) on the worse side, three times on the better."""
     goal, higher = rows[0]["target"], rows[0]["higher_is_better"]
-    reference = rows[0]["best"]  # the reference run comes first
+    reference = rows[0]["smoothed_best"]  # the reference run comes first
     gap = max(abs(reference - goal), 1e-6)
     return (goal - 6 * gap, reference + 3 * gap) if higher else (reference - 3 * gap,
                                                                  goal + 6 * gap)
