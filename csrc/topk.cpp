@@ -124,6 +124,26 @@ std::vector<Index> exact_cut(const float* x, std::vector<Index> cand, size_t k) 
   return out;
 }
 
+// Fewer than k nonzero elements (cand: every one, ascending): the selection is all of them and
+// the lowest-index zeros up to k (the tie rule: lower index first), in one merge. Ordering
+// millions of tied zeros instead cost tens of milliseconds on a sparse gradient.
+std::vector<Index> with_zeros(std::vector<Index> cand, size_t n, size_t k) {
+  std::vector<Index> out;
+  out.reserve(k);
+  size_t j = 0, zeros = 0;
+  const size_t need = k - cand.size();
+  for (size_t i = 0; i < n && zeros < need; ++i) {
+    if (j < cand.size() && cand[j] == i) {
+      ++j;
+    } else {
+      ++zeros;
+    }
+    out.push_back(Index(i));
+  }
+  for (; j < cand.size(); ++j) out.push_back(cand[j]);
+  return out;
+}
+
 constexpr uint64_t kExactSeed = 0x243f6a8885a308d3ull;
 // Strata of the exact selection's sample: fewer reads than kSample, for a few percent more
 // candidates.
@@ -142,9 +162,11 @@ std::vector<Index> topk_exact(const float* x, size_t n, size_t k) {
   if (k == 0) return {};
   // If the sample misses (fewer than k candidates), fall back to taking every element.
   const size_t r = exact_sample_rank(n, k, std::min(n, kSample));
-  uint32_t thr = r == 0 ? 0 : sample_threshold(x, n, r, kExactSeed);
+  // Zeros are never candidates (key >= 1): they only make up a shortfall, in index order.
+  uint32_t thr = std::max<uint32_t>(1, r == 0 ? 0 : sample_threshold(x, n, r, kExactSeed));
   std::vector<Index> cand = collect(x, n, thr);
-  if (cand.size() < k) cand = collect(x, n, 0);
+  if (cand.size() < k && thr > 1) cand = collect(x, n, 1);
+  if (cand.size() < k) return with_zeros(std::move(cand), n, k);
   return exact_cut(x, std::move(cand), k);
 }
 
@@ -359,6 +381,32 @@ void cut_kept(Kept& kept, size_t k, Kept& dropped) {
   kept.size = o;
 }
 
+// Fewer than k nonzero elements of v (kept: every one, ascending; res holds v, +-0, elsewhere):
+// kept grows to k with the lowest-index zeros (the tie rule), sent, so their residual is 0.
+// Ordering millions of tied zeros instead cost tens of milliseconds on a sparse gradient.
+void fill_zeros(float* res, size_t n, size_t k, Kept& kept) {
+  Kept out;
+  out.room(k);
+  size_t j = 0, o = 0, zeros = 0;
+  const size_t need = k - kept.size;
+  for (size_t i = 0; i < n && zeros < need; ++i, ++o) {
+    out.idx[o] = uint32_t(i);
+    if (j < kept.size && kept.idx[j] == i) {
+      out.val[o] = kept.val[j++];
+    } else {
+      out.val[o] = res[i];
+      res[i] = 0.0f;
+      ++zeros;
+    }
+  }
+  for (; j < kept.size; ++j, ++o) {
+    out.idx[o] = kept.idx[j];
+    out.val[o] = kept.val[j];
+  }
+  out.size = o;
+  kept = std::move(out);
+}
+
 enum class Select { exact, sampled, above };
 
 // The selection of v = x + res that `how` names (k, seed; tau's key bound for `above`), with
@@ -393,6 +441,7 @@ void select_feedback(const float* x, float* res, size_t n, Select how, size_t k,
       thr = strata_threshold(v_at, n, se, r, kExactSeed);
       expect = size_t(double(r) * double(n) / double(se)) + kPassBlock;
     }
+    thr = std::max<uint32_t>(thr, 1);  // zeros only make up a shortfall: fill_zeros
   } else if (k < n) {
     const size_t r = std::max<size_t>(1, size_t(std::llround(double(k) * double(s) / double(n))));
     thr = sample_threshold_of(v_at, n, std::min(r, s), seed);
@@ -404,11 +453,12 @@ void select_feedback(const float* x, float* res, size_t n, Select how, size_t k,
   thread_local Kept back;
   back.size = 0;
   if (how == Select::exact) {
-    if (kept.size < k) {  // the sample missed: every element is a candidate
+    if (kept.size < k && thr > 1) {  // the sample missed: every nonzero is a candidate
       for (size_t j = 0; j < kept.size; ++j) res[kept.idx[j]] = kept.val[j];
-      keep_all<false>(nullptr, res, n, 0, n, kept);
-      std::fill(res, res + n, 0.0f);
+      keep_all<false>(nullptr, res, n, 1, n, kept);
+      for (size_t j = 0; j < kept.size; ++j) res[kept.idx[j]] = 0.0f;
     }
+    if (kept.size < k) fill_zeros(res, n, k, kept);  // fewer than k nonzero
     cut_kept(kept, k, back);
   } else if (how == Select::sampled && k < n && kept.size > 2 * k) {
     cut_kept(kept, k, back);  // a badly low threshold: back to exactly k

@@ -210,8 +210,8 @@ def test_bench_tta_smoke(tmp_path) -> None:
                    "--model", "mlp-wide", "--runs", "int8+ef,fp16,ddp,compute",
                    "--timeout", "60", "--json", str(out["json"]), "--plot", str(out["png"]),
                    "--txt", str(out["txt"]), "--stop-at-target", "--tolerance", "20",
-                   "--smooth", "2",
-                   timeout=180)
+                   "--smooth", "2", "--repeat-auto", "2", "--repeat-steps", "16",
+                   timeout=240)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
     data = json.loads(out["json"].read_text())
     meta, rows = data["meta"], data["rows"]
@@ -256,3 +256,9 @@ def test_bench_tta_smoke(tmp_path) -> None:
     assert "# step split" in table and "# step split" in res.stdout
     assert table.splitlines()[1].startswith("# command: compcoll bench tta ")
     assert "to target(s)" in res.stdout
+    # Two cold repeats of auto: each measured anew (its own empty cache), each decided.
+    (rep,) = meta["repeat_auto"]
+    assert rep["repeats"] == 2 and len(rep["runs"]) == 2 and rep["ranks_agree"] is True
+    assert rep["model"] == "mlp-wide" and 1 <= rep["same"] <= 2 and rep["distinct"] <= 2
+    assert all(set(r) >= {"net.1.weight", "net.3.weight"} for r in rep["runs"])
+    assert "cold runs of 16 steps" in table

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..cli import UsageError, command
-from . import checks
+from . import checks, tta_repeat
 from . import train_common as common
 from . import tta_report as report
 from . import tta_steps as steps
@@ -58,6 +58,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="smooth every quality curve by the mean of its last K evaluations "
                    "before deriving the target and deciding when a run reaches it (3; 1: "
                    "raw evaluations)")
+    p.add_argument("--repeat-auto", type=checks.count_int, default=0, metavar="N",
+                   help="then run auto N more times from an empty measurement cache for "
+                   "--repeat-steps steps each and report whether it decided alike (0)")
+    p.add_argument("--repeat-steps", type=checks.positive_int, default=20, metavar="S",
+                   help="steps of each --repeat-auto run: past its first decision (20)")
     p.add_argument("--stop-at-target", action="store_true",
                    help="end a run (but DDP's) once it reaches the target")
 
@@ -158,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
     _say(mpi, title)
     rows: list[dict[str, Any]] = []
     targets: dict[str, str] = {}  # model: how its target was derived
+    repeats: list[dict[str, Any]] = []  # --repeat-auto, per model
     for name in models:
         t = task(name, args.seed)
         goal = None
@@ -173,18 +179,22 @@ def run(args: argparse.Namespace) -> int:
             rows.append(row)
             report.add_ratios(rows)
             _say(mpi, report.format_row(row))
+        if args.repeat_auto:
+            repeats.append(tta_repeat.repeat_auto(t, args, mpi))
+            _say(mpi, tta_repeat.describe(repeats[-1]))
     steps.add_exposed(rows, COMPUTE)
     table = [*(f"# {m}: {how}" for m, how in targets.items()), report.header(),
              *(report.format_row(r) for r in rows), *steps.split_table(rows),
              *(f"# auto policy decisions, {r['model']}:\n{r['decisions']}"
-               for r in rows if "decisions" in r)]
+               for r in rows if "decisions" in r),
+             *(tta_repeat.describe(r) for r in repeats)]
     _say(mpi, "\n".join(["# all runs (vs fp16, vs hooks: the fp16 hook's, the soonest "
                          "PyTorch hook's time to target over the run's; final, best: of "
                          f"the curve smoothed over {args.smooth} evaluation(s); worst5/med: "
                          "the slowest 5 steps in a row after the first over the median)",
                          *table]))
     if mpi.rank == 0:
-        _write(args, mpi, rows, [title, *table], targets)
+        _write(args, mpi, rows, [title, *table], targets, repeats)
     common.finish()
     return 0 if all(r["ranks_agree"] is not False for r in rows) else 1
 
@@ -195,10 +205,10 @@ def _say(mpi: Any, text: str) -> None:
 
 
 def _write(args: argparse.Namespace, mpi: Any, rows: list[dict], lines: list[str],
-           targets: dict[str, str]) -> None:
+           targets: dict[str, str], repeats: list[dict[str, Any]]) -> None:
     meta = common.meta(args, mpi)
     meta.update(tolerance=args.tolerance, eval_every=args.eval_every, smooth=args.smooth,
-                targets=targets)
+                targets=targets, repeat_auto=repeats)
     if args.json:
         report.write_json(args.json, meta, rows)
     if args.txt:

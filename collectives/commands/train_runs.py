@@ -100,7 +100,7 @@ def _auto(args: Any) -> Any:
     from collectives.policy import AutoPolicy
 
     return AutoPolicy(first=args.start_step + 1, every=args.every, max_error=args.max_error,
-                      cost=args.plan_cost)
+                      cost=args.plan_cost, cache_dir=getattr(args, "cache_dir", None))
 
 
 RUNS["auto"] = _ours(_auto)

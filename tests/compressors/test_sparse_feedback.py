@@ -218,3 +218,17 @@ def test_topk_feedback_when_the_sample_overshoots():
     res[pos[-1]] = np.nan  # and a NaN among them (it ranks first)
     _check(x, res, lambda v: kernels.topk_indices(v, k),
            lambda a, r: kernels.topk_feedback(a, r, k))
+
+
+@pytest.mark.parametrize("n, nonzero, k", [(300_007, 1_000, 3_000), (70_001, 0, 700),
+                                            (4_099, 40, 41), (4_099, 41, 41)])
+def test_topk_of_a_gradient_sparser_than_k(n, nonzero, k):
+    """An embedding's gradient: fewer nonzeros than k. Every nonzero is sent, and the
+    lowest-index zeros (-0 among them) make up k, as the tie rule says."""
+    rng = np.random.default_rng(n + nonzero)
+    x = np.zeros(n, np.float32)
+    x[rng.choice(n, nonzero, replace=False)] = rng.standard_normal(nonzero)
+    x[5:9] = -0.0
+    res = np.zeros(n, np.float32)
+    _check(x, res, lambda v: oracles.topk(v, k), lambda a, r: kernels.topk_feedback(a, r, k))
+    np.testing.assert_array_equal(kernels.topk_indices(x, k), oracles.topk(x, k))
