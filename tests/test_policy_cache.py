@@ -66,9 +66,19 @@ def decided(pol: AutoPolicy) -> list[tuple[int, str]]:
     return [(e["step"], e["event"]) for e in pol.log if e["event"].startswith("decided")]
 
 
-def test_buckets_are_profiled_one_per_step_and_small_layers_never(tmp_path,
-                                                                   monkeypatch) -> None:
+@pytest.fixture(autouse=True)
+def _one_bucket_per_step(monkeypatch) -> None:
+    """These tests follow the measurements bucket by bucket: each bucket its own steps."""
+    monkeypatch.setattr(AutoPolicy, "PROBE_ELEMENTS", 1)
+
+
+@pytest.mark.parametrize("per_step", [1 << 20, 1 << 16])
+def test_buckets_are_profiled_together_within_a_budget_and_small_layers_never(
+        tmp_path, monkeypatch, per_step) -> None:
+    """Whole buckets are profiled in the same steps while their sampled elements fit
+    ``PROBE_ELEMENTS``; past it, one group of buckets after another."""
     pol = policy(tmp_path, cache=False)
+    monkeypatch.setattr(AutoPolicy, "PROBE_ELEMENTS", per_step)
     seen: list[tuple[int, str]] = []
     real = profile.Profiler.observe
 
@@ -78,12 +88,26 @@ def test_buckets_are_profiled_one_per_step_and_small_layers_never(tmp_path,
 
     monkeypatch.setattr(profile.Profiler, "observe", spy)
     drive(pol, Ranks(), range(8), model())
-    # fc1 at steps 1-2, fc2 at 3-4; the biases and the head (under 16384 elements) never
-    assert seen == [(1, "fc1.weight"), (2, "fc1.weight"), (3, "fc2.weight"),
-                    (4, "fc2.weight")], seen
-    assert decided(pol)[0] == (5, "decided (measured)")
+    # The biases and the head (under 16384 elements) never.
+    if per_step == 1 << 20:  # both buckets at steps 1-2
+        assert seen == [(1, "fc1.weight"), (1, "fc2.weight"), (2, "fc1.weight"),
+                        (2, "fc2.weight")], seen
+        assert decided(pol)[0] == (3, "decided (measured)")
+    else:  # a bucket's sample at a time: fc1 at steps 1-2, fc2 at 3-4
+        assert seen == [(1, "fc1.weight"), (2, "fc1.weight"), (3, "fc2.weight"),
+                        (4, "fc2.weight")], seen
+        assert decided(pol)[0] == (5, "decided (measured)")
     assert all(pol.decisions[n] == "none" for n in ("fc1.bias", "fc2.bias", "head.weight"))
     assert pol.decisions["fc1.weight"] != "none"  # 1 Gbit/s: a 512 KiB layer pays
+
+
+def test_until_the_first_decision_large_layers_send_fp16_and_small_ones_none() -> None:
+    pol = AutoPolicy()
+    assert pol.choose(Layer("w", 1 << 20, (1024, 1024), "linear")) == "fp16"
+    assert pol.choose(Layer("b", 100, (100,), "1d")) == "none"
+    assert "use fp16, smaller ones none" in pol.table()
+    with pytest.raises(ValueError, match="initial 'uniform:bits=2"):
+        AutoPolicy(initial="uniform:bits=2")
 
 
 def test_a_second_run_reads_the_cache_and_decides_alike_without_profiling(

@@ -1,8 +1,10 @@
 """Automatic per-layer compressor choice: least predicted step time under an error budget.
 
 The measurements are taken once: each layer of at least ``min_numel`` elements is profiled
-for ``probe_steps`` steps, one DDP bucket after another (relative error of every candidate
-inside error feedback, compress and decompress time on this machine), and the fixed cost of
+for ``probe_steps`` steps, whole DDP buckets together up to ``PROBE_ELEMENTS`` sampled
+elements a step (relative error and residual growth of every candidate inside error feedback,
+compress and decompress time on this machine; until the first decision such layers send
+``initial``, fp16), and the fixed cost of
 one collective per candidate is timed through this stack (``latency.measure``: milliseconds
 with Python, message rounds and shared cores, where the model's alpha says microseconds).
 Both are kept on disk (``cache``): a later run of the same model, world size and link
@@ -41,6 +43,7 @@ import numpy as np
 from .. import costmodel
 from . import cache, plan
 from . import latency as latencies
+from . import profile as profiler
 from .base import Policy
 from .config import DEFAULT_CANDIDATES, AutoConfig
 from .decide import decide, render, unmeasured
@@ -64,6 +67,8 @@ class AutoPolicy(Policy):
 
     adaptive = True
     SHIFT = 0.05  # a move of a bucket's live share that is worth pricing again
+    #: Sampled elements profiled in one step (each under every candidate): about 10 ms.
+    PROBE_ELEMENTS = 1 << 20
 
     def __init__(self, config: AutoConfig | None = None, *,
                  cost: costmodel.CostParams | None = None,
@@ -104,7 +109,9 @@ class AutoPolicy(Policy):
         self._profiler = Profiler(self.config.candidates)
 
     def choose(self, layer: Layer) -> str:
-        return self.decisions.get(layer.name, self.config.initial)
+        if layer.name in self.decisions:
+            return self.decisions[layer.name]
+        return self.config.initial if layer.numel >= self.config.min_numel else "none"
 
     # -- what the hook reports ---------------------------------------------------------
     def see_bucket(self, bucket: int, layers: list[Layer], dtypes: list[str]) -> None:
@@ -200,7 +207,21 @@ class AutoPolicy(Policy):
         by: dict[int, list[str]] = {}
         for n in todo:
             by.setdefault(self._layout[n][0], []).append(n)
-        self._schedule = [sorted(by[b]) for b in sorted(by)] if self._layout else None
+        if not self._layout:
+            self._schedule = None
+            return
+        # Whole buckets together, as many per group as ``PROBE_ELEMENTS`` sampled elements
+        # allow: a few steps for most models, spread over more for very many layers.
+        groups: list[list[str]] = []
+        room = 0
+        for b in sorted(by):
+            cost = sum(min(self._layers[n].numel, profiler.SAMPLE) for n in by[b])
+            if not groups or room + cost > self.PROBE_ELEMENTS:
+                groups.append([])
+                room = 0
+            groups[-1] += sorted(by[b])
+            room += cost
+        self._schedule = groups
 
     def _probe_end(self) -> int:
         assert self._probe_start is not None
@@ -319,7 +340,8 @@ class AutoPolicy(Policy):
     def table(self, layers: list[Layer] | None = None) -> str:
         """The last decision: layer, numel, compressor, bytes, predicted time, error."""
         if not self.rows:
-            return "(no decision yet: every layer uses " + self.config.initial + ")"
+            return (f"(no decision yet: layers of at least {self.config.min_numel} elements "
+                    f"use {self.config.initial}, smaller ones none)")
         return render(self.rows, self.total_error, self.config.max_error, self.collective_s)
 
     KEEP = ("decisions", "rows", "log", "total_error", "measured", "fitted", "collective_s",

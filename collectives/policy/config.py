@@ -34,7 +34,11 @@ class AutoConfig:
     window: int = 25
     threshold: float = 0.5
     bins: int = 256
-    initial: str = "none"
+    #: What layers of at least ``min_numel`` elements send until the first decision (while
+    #: profiling): the strong baseline's own choice, so those steps never cost more than
+    #: PyTorch's fp16 hook (None: fp16 when it is a candidate, else none). Smaller layers
+    #: send "none".
+    initial: str | None = None
     #: Seconds below which a predicted gain is timing noise: a layer's option must beat
     #: every option of lower error by more than this to be considered (on a tie the lower
     #: error wins), and regrouping a bucket must save more than this.
@@ -61,6 +65,8 @@ class AutoConfig:
         if not self.candidates:
             raise ValueError("AutoPolicy needs at least one candidate compressor")
         object.__setattr__(self, "candidates", tuple(canonical(c) for c in self.candidates))
+        if self.initial is None:
+            object.__setattr__(self, "initial", "fp16" if "fp16" in self.candidates else "none")
         object.__setattr__(self, "initial", canonical(self.initial))
         if "none" not in self.candidates:
             raise ValueError("AutoPolicy's candidates must include 'none' (the error-free "
@@ -77,6 +83,9 @@ class AutoConfig:
         if not 0 < self.max_residual <= math.inf:
             raise ValueError(f"max_residual must be > 0 (inf: no bound), got "
                              f"{self.max_residual}")
+        if self.initial not in self.candidates:
+            raise ValueError(f"initial {self.initial!r} must be one of the candidates "
+                             f"{list(self.candidates)}")
         if not self.min_gain >= 0:
             raise ValueError(f"min_gain must be >= 0 seconds, got {self.min_gain}")
         if not 0 <= self.margin < 1:
