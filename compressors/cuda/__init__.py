@@ -4,20 +4,44 @@ The kernels (``csrc/cuda/*.cu``, installed beside this file) are compiled on fir
 ``cupy.RawModule`` and give the C++ kernels' results bit for bit: the same codes, minima,
 steps and decoded values for the same seed, so a payload made on a GPU decodes on a CPU rank
 and the other way round. Every function takes and returns CuPy arrays on the current device.
+
+They compile through NVRTC (what a pip-only CuPy install has; no standard headers needed) and
+through nvcc only when NVRTC fails and nvcc is on PATH.
 """
 
 from __future__ import annotations
 
 import functools
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 __all__ = ["dequantize", "gather", "module", "quantize", "scatter", "select_above", "sign_pack",
-           "sign_unpack"]
+           "sign_unpack", "sources"]
 
 SOURCES = ("quantize.cu", "sign.cu", "sparse.cu")
+# accepted by NVRTC and nvcc alike
+OPTIONS = ("-std=c++17",)
+# NVRTC ships no standard headers: the sources include <cstdint> only under nvcc, and this
+# prelude gives NVRTC the same fixed-width types (the sizes <cstdint> has on every CUDA target)
+# and <cmath>'s float infinity.
+PRELUDE = """\
+#ifdef __CUDACC_RTC__
+#ifndef INFINITY
+#define INFINITY (__int_as_float(0x7f800000))
+#endif
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long long int64_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+#endif
+"""
 _THREADS = 256
 
 
@@ -40,15 +64,39 @@ def source_dir() -> Path:
                        "the source tree's csrc/cuda; reinstall compcoll")
 
 
+def sources() -> str:
+    """The exact code ``module()`` compiles: the prelude, then the three sources."""
+    where = source_dir()
+    return PRELUDE + "\n".join((where / s).read_text() for s in SOURCES)
+
+
 @functools.cache
 def module() -> Any:
-    """The compiled kernels (one cupy.RawModule for all three sources)."""
+    """The compiled kernels (one cupy.RawModule for all three sources), built through NVRTC,
+    or through nvcc when NVRTC fails and nvcc is on PATH."""
     cupy = _cupy()
-    where = source_dir()
-    code = "\n".join((where / s).read_text().replace("#include <cstdint>", "") for s in SOURCES)
-    # nvcc rather than NVRTC: the sources use <cstdint>, which NVRTC does not ship everywhere.
-    return cupy.RawModule(code="#include <cstdint>\n" + code, backend="nvcc",
-                          options=("-std=c++17",))
+    code = sources()
+    try:
+        return _compiled(cupy, code, "nvrtc")
+    except Exception as nvrtc_error:  # missing library or a compile error: try nvcc below
+        if shutil.which("nvcc") is None:
+            raise RuntimeError(
+                f"compressors.cuda could not compile its kernels through NVRTC ({nvrtc_error}), "
+                "and nvcc is not on PATH to fall back to; install NVRTC (cupy-cuda12x[ctk] or "
+                "nvidia-cuda-nvrtc-cu12 from pip, or the CUDA toolkit)") from nvrtc_error
+        try:
+            return _compiled(cupy, code, "nvcc")
+        except Exception as nvcc_error:
+            raise RuntimeError(
+                f"compressors.cuda could not compile its kernels through NVRTC ({nvrtc_error}) "
+                f"nor through nvcc ({nvcc_error})") from nvcc_error
+
+
+def _compiled(cupy: Any, code: str, backend: str) -> Any:
+    mod = cupy.RawModule(code=code, backend=backend, options=OPTIONS)
+    # CuPy compiles on the first kernel lookup: do it here, where a failure can fall back
+    mod.get_function("compcoll_quantize")
+    return mod
 
 
 def _f32(x: Any, what: str) -> Any:

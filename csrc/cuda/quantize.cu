@@ -2,7 +2,9 @@
 // (compressors/cuda/__init__.py). One block per bucket; codes, mins, scales and decoded values
 // match the CPU kernels bit for bit (same counter RNG of (seed, index); no contracted
 // multiply-adds on either side), so ranks on CPUs and GPUs agree.
+#ifndef __CUDACC_RTC__  // NVRTC has no <cstdint>: compressors.cuda's prelude gives the types
 #include <cstdint>
+#endif
 
 __device__ __forceinline__ uint32_t mix32(uint32_t h) {
   h ^= h >> 16; h *= 0x85ebca6bu; h ^= h >> 13; h *= 0xc2b2ae35u; h ^= h >> 16;

@@ -1,7 +1,9 @@
 // CUDA twins of csrc/sign.cpp: sign bits (bit j of byte i = signbit(x[8i+j])) and per-bucket
 // mean |x| over finite values. Loaded at run time through cupy.RawModule
 // (compressors/cuda/__init__.py).
+#ifndef __CUDACC_RTC__  // NVRTC has no <cstdint>: compressors.cuda's prelude gives the types
 #include <cstdint>
+#endif
 
 // gridDim.x = buckets; blockDim.x a power of two; shared memory 2 * blockDim.x * 4 bytes.
 extern "C" __global__ void compcoll_sign_pack(const float* __restrict__ x, long long n,

@@ -3,7 +3,9 @@
 // on a sample of |x|), then compcoll_select_above with a global counter, then an exact cut
 // of the few candidates. Loaded at run time through cupy.RawModule
 // (compressors/cuda/__init__.py).
+#ifndef __CUDACC_RTC__  // NVRTC has no <cstdint>: compressors.cuda's prelude gives the types
 #include <cstdint>
+#endif
 
 // Indices i with (bits(|x_i|) >= thr_key) appended through an atomic counter; the caller
 // sorts them afterwards (order of appends is not deterministic, the set is). Writes at most
