@@ -97,8 +97,14 @@ def test_buckets_are_profiled_together_within_a_budget_and_small_layers_never(
         assert seen == [(1, "fc1.weight"), (2, "fc1.weight"), (3, "fc2.weight"),
                         (4, "fc2.weight")], seen
         assert decided(pol)[0] == (5, "decided (measured)")
-    assert all(pol.decisions[n] == "none" for n in ("fc1.bias", "fc2.bias", "head.weight"))
+    assert pol.decisions["head.weight"] == "none"  # a bucket of small layers only
     assert pol.decisions["fc1.weight"] != "none"  # 1 Gbit/s: a 512 KiB layer pays
+    assert all(pol.decisions[n] == "none" for n in ("fc1.bias", "fc2.bias"))
+    for bucket in model()[:2]:
+        # A bias rides in its bucket's quantizer group; never beside top-k or low rank.
+        spec = pol.decisions[bucket[0].name]
+        dense = not spec.startswith(("topk", "powersgd", "none"))
+        assert pol.choose_bucket(bucket) == [spec, spec if dense else "none"]
 
 
 def test_until_the_first_decision_large_layers_send_fp16_and_small_ones_none() -> None:
@@ -402,3 +408,18 @@ def test_a_growing_residual_rules_a_compressor_out(monkeypatch) -> None:
         picks.append(pol.decisions["w"])
     assert [p.split(":")[0] for p in picks] == ["uniform", "topk"], picks
     assert "topk" in policy.table().splitlines()[1]  # listed as held back
+
+
+def test_small_layers_ride_only_in_a_bucket_of_one_elementwise_compressor() -> None:
+    pol = AutoPolicy()
+    w, v = Layer("w", 1 << 20, (1024, 1024), "linear"), Layer("v", 1 << 16, (256, 256), "linear")
+    b = Layer("b", 1024, (1024,), "1d")
+    int4 = AutoPolicy(initial="uniform:bits=4").config.initial
+    for big, ride in ((int4, True), ("fp16", True), ("topk:ratio=0.01", False),
+                      ("powersgd:rank=4", False), ("none", False)):
+        spec = AutoPolicy(initial=big).config.initial
+        pol.decisions = {"w": spec, "v": spec, "b": "none"}
+        assert pol.choose_bucket([w, b, v]) == [spec, spec if ride else "none", spec], big
+    pol.decisions = {"w": int4, "v": "fp16", "b": "none"}  # two compressors: a bias stays out
+    assert pol.choose_bucket([w, b, v]) == [int4, "none", "fp16"]
+    assert pol.choose_bucket([b]) == ["none"]  # a bucket of small layers only

@@ -4,7 +4,8 @@ registry.
 PyTorch's: ``ddp`` (no hook), ``fp16`` and ``bf16`` (``fp16_compress_hook``,
 ``bf16_compress_hook``), ``powersgd`` and ``powersgd1`` (``powerSGD_hook``, rank 4 and 1).
 Ours (``collectives.ddp``, error feedback on): ``int8+ef``, ``int4+ef`` (uniform 8 and 4
-bits), ``topk+ef`` (top-k 1%), ``powersgd+ef`` (rank 4) and ``auto`` (the automatic policy).
+bits), ``topk+ef`` (top-k 1%), ``powersgd+ef`` (rank 4), ``auto`` (the automatic policy) and
+``auto-rerun`` (the same again, deciding from what ``auto`` left in the measurement cache).
 """
 
 from __future__ import annotations
@@ -104,6 +105,9 @@ def _auto(args: Any) -> Any:
 
 
 RUNS["auto"] = _ours(_auto)
+# The same policy again, in the same process: it reads what ``auto`` measured from the cache
+# and decides at its first step (run it after ``auto``).
+RUNS["auto-rerun"] = _ours(_auto)
 
 
 def init_gloo(comm: Any, emulated: bool, timeout: float = 300.0) -> None:

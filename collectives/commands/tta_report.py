@@ -27,9 +27,10 @@ TORCH_HOOKS = ("fp16", "bf16", "powersgd1", "powersgd")
 #: Legend labels of the plot.
 LABELS = {"ddp": "DDP, no hook", "fp16": "PyTorch fp16 hook", "bf16": "PyTorch bf16 hook",
           "powersgd1": "PyTorch PowerSGD rank 1", "powersgd": "PyTorch PowerSGD rank 4",
-          "auto": "ours, auto policy", "int8+ef": "ours, 8-bit + EF",
-          "int4+ef": "ours, 4-bit + EF", "topk+ef": "ours, top-k 1% + EF",
-          "powersgd+ef": "ours, PowerSGD rank 4 + EF"}
+          "auto": "ours, auto policy",
+          "auto-rerun": "ours, auto policy, measurements from the cache",
+          "int8+ef": "ours, 8-bit + EF", "int4+ef": "ours, 4-bit + EF",
+          "topk+ef": "ours, top-k 1% + EF", "powersgd+ef": "ours, PowerSGD rank 4 + EF"}
 
 
 def header() -> str:

@@ -129,8 +129,8 @@ class CompressionState:
             self.policy.see_bucket(index, layers,  # type: ignore[attr-defined]
                                    [str(p.dtype) for p in params])
         out = []
-        for j, lay in enumerate(layers):
-            spec = self.policy.choose(lay)
+        for j, (lay, spec) in enumerate(zip(layers, self.policy.choose_bucket(layers),
+                                            strict=True)):
             if self.compressor(spec).capabilities.allreduce_steps and len(lay.shape) >= 2:
                 out.append(grouping.Group(spec, lay.name, [(lay.name, lay.numel)],
                                           [ranges[j]], lay.shape))

@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+import compressors
+
 from .. import costmodel
 from . import cache, plan
 from . import latency as latencies
@@ -69,6 +71,7 @@ class AutoPolicy(Policy):
     SHIFT = 0.05  # a move of a bucket's live share that is worth pricing again
     #: Sampled elements profiled in one step (each under every candidate): about 10 ms.
     PROBE_ELEMENTS = 1 << 20
+    NORM_EVERY = 4  # steps per gradient-norm reading once decided (see ``wants_norm``)
 
     def __init__(self, config: AutoConfig | None = None, *,
                  cost: costmodel.CostParams | None = None,
@@ -113,6 +116,29 @@ class AutoPolicy(Policy):
             return self.decisions[layer.name]
         return self.config.initial if layer.numel >= self.config.min_numel else "none"
 
+    def choose_bucket(self, layers: list[Layer]) -> list[str]:
+        """Each layer's decision, with the small layers (under ``min_numel``) of a bucket
+        whose larger layers all use one elementwise compressor (a quantizer or a 16-bit
+        format) riding in that group.
+
+        Small layers never get a compressor of their own. Left out of such a bucket, they
+        would cost it a second collective for a few kilobytes, and the large layers would be
+        gathered into a fused buffer and scattered back around them; riding keeps the bucket
+        one collective over its own memory. Sparse and low-rank groups keep them out (a bias
+        is not a matrix, and top-k would starve it). Decided on the bucket the hook has now
+        (DDP rebuilds its buckets after the first step), the same on every rank."""
+        specs = [self.choose(lay) for lay in layers]
+        big = {s for s, lay in zip(specs, layers, strict=True)
+               if lay.numel >= self.config.min_numel}
+        if len(big) != 1:
+            return specs
+        spec = big.pop()
+        caps = compressors.get(spec).capabilities
+        if spec == "none" or caps.sparse or caps.allreduce_steps:
+            return specs
+        return [spec if lay.numel < self.config.min_numel else s
+                for s, lay in zip(specs, layers, strict=True)]
+
     # -- what the hook reports ---------------------------------------------------------
     def see_bucket(self, bucket: int, layers: list[Layer], dtypes: list[str]) -> None:
         """The layers of DDP bucket ``bucket`` in its order, with their dtypes (the layout)."""
@@ -137,6 +163,12 @@ class AutoPolicy(Policy):
             self._bucket.setdefault(layer.name, bucket)
         if layer.numel >= self.config.min_numel and self.wants_profile(step, layer.name):
             self._profiler.observe(step, layer, grad, bucket)
+
+    def wants_norm(self, step: int) -> bool:
+        """Whether the hook should report ``step``'s gradient norms: one step in
+        ``NORM_EVERY`` (a pass over every bucket on the critical path; the window's mean needs
+        no more), and every step of the window before the first decision."""
+        return step % self.NORM_EVERY == 0 or self._last_eval is None
 
     def observe_norm(self, step: int, sq_norm: float, bucket: Hashable | None = None) -> None:
         """Squared norm of (part of, bucket ``bucket``) the averaged gradient of ``step``."""

@@ -49,6 +49,11 @@ class Policy:
     def choose(self, layer: Layer) -> str:
         raise TypeError(f"{type(self).__name__} does not implement choose(layer)")
 
+    def choose_bucket(self, layers: list[Layer]) -> list[str]:
+        """The compressor of each layer of one DDP bucket, in its order (``choose`` each,
+        unless the policy groups a bucket's layers)."""
+        return [self.choose(lay) for lay in layers]
+
     def bind(self, layers: list[Layer]) -> None:
         """Check the policy against the model's layers (called once the model is known)."""
 
