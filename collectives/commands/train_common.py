@@ -47,6 +47,9 @@ def add_arguments(p: argparse.ArgumentParser, *, models: str, model_help: str,
                    "RATE link (e.g. 1gbit) instead of the fitted one")
     p.add_argument("--scheme", default="auto", help="our hook's scheme for compressed groups "
                    "(auto, dense, reduce_scatter_allgather, allgather, sparse)")
+    p.add_argument("--plain", metavar="ALGO", help="our hook's allreduce of uncompressed "
+                   "groups (default: the engine's own, as DDP; or ring, tree, "
+                   "recursive_doubling, rabenseifner, auto)")
     p.add_argument("--comm", choices=("gloo", "mpi"), default="gloo",
                    help="our hook's communicator: the DDP process group or MPI_COMM_WORLD")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S",

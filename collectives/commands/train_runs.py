@@ -85,6 +85,7 @@ def _ours(policy: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
         # watchdog would dump the stacks.
         state = cddp.CompressionState(policy=policy(args), start_step=args.start_step,
                                       comm=comm, scheme=args.scheme,
+                                      plain=getattr(args, "plain", None),
                                       timeout=args.timeout / 2).bind(model)
         model.register_comm_hook(state, cddp.compression_hook)
         return state

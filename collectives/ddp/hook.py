@@ -99,8 +99,8 @@ def _start(state: CompressionState, comm: Any, g: Any, x: Any, step: int, st: di
     plain = g.spec == "none"  # the identity twin: the engine's own allreduce
     if plain and (fb is None or g.name not in fb.residuals):
         return api.iallreduce(x, op="sum", comm=comm, out=x, timeout=state.timeout,
-                              algorithm=state.plain_algorithm(), validate=check)
-    algo = state.plain_algorithm() if plain else state.algorithm
+                              algorithm=state.group_algorithm(), validate=check)
+    algo = state.group_algorithm() if plain else state.algorithm
     h = api.iallreduce(x, op="sum", comm=comm, out=x, name=g.name, step=step,
                        compressor=state.compressor(g.spec), feedback=fb,
                        scheme="dense" if plain else state.scheme, algorithm=algo,
