@@ -423,3 +423,10 @@ def test_small_layers_ride_only_in_a_bucket_of_one_elementwise_compressor() -> N
     pol.decisions = {"w": int4, "v": "fp16", "b": "none"}  # two compressors: a bias stays out
     assert pol.choose_bucket([w, b, v]) == [int4, "none", "fp16"]
     assert pol.choose_bucket([b]) == ["none"]  # a bucket of small layers only
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])
+def test_max_residual_must_be_positive(bad) -> None:
+    with pytest.raises(ValueError, match="max_residual must be > 0"):
+        AutoPolicy(max_residual=bad)
+    assert AutoPolicy(max_residual=float("inf")).config.max_residual == float("inf")

@@ -85,10 +85,7 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
     record["launched"] = time.perf_counter()
     state.timeline.append(record)
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    policy = state.policy
-    wants = getattr(policy, "wants_norm", None)
-    after = _norm_observer(state, step, index) if policy.adaptive and \
-        (wants is None or wants(step)) else None
+    after = _norm_observer(state, step, index) if state.policy.wants_norm(step) else None
     state._worker.submit(Job(fut, buf, parts, record, after))
     return fut
 

@@ -168,7 +168,7 @@ class AutoPolicy(Policy):
         """Whether the hook should report ``step``'s gradient norms: one step in
         ``NORM_EVERY`` (a pass over every bucket on the critical path; the window's mean needs
         no more), and every step of the window before the first decision."""
-        return step % self.NORM_EVERY == 0 or self._last_eval is None
+        return step % self.NORM_EVERY == 0 or self._last_eval is None  # (adaptive)
 
     def observe_norm(self, step: int, sq_norm: float, bucket: Hashable | None = None) -> None:
         """Squared norm of (part of, bucket ``bucket``) the averaged gradient of ``step``."""

@@ -49,6 +49,10 @@ class Policy:
     def choose(self, layer: Layer) -> str:
         raise TypeError(f"{type(self).__name__} does not implement choose(layer)")
 
+    def wants_norm(self, step: int) -> bool:
+        """Whether an adaptive policy wants ``step``'s gradient norms (``observe_norm``)."""
+        return self.adaptive
+
     def choose_bucket(self, layers: list[Layer]) -> list[str]:
         """The compressor of each layer of one DDP bucket, in its order (``choose`` each,
         unless the policy groups a bucket's layers)."""
