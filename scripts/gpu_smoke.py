@@ -451,6 +451,17 @@ def cuda_kernels(rep: Report) -> None:
                     ref[got] = x[got]
                     rep.check(np.array_equal(dst.get(), ref, equal_nan=True),
                               f"cuda scatter n={n}")
+            from compressors.cuda import topk as cuda_topk
+
+            for n, ties in ((1, False), (1000, True), (100003, False), (1 << 22, True)):
+                x = rng.standard_normal(n).astype(np.float32)
+                if ties:  # mostly zeros and repeated values: the tie rule decides
+                    x[rng.random(n) < 0.9] = 0.0
+                    x[::7] = 2.0
+                for k in {0, 1, max(1, n // 1000), max(1, n // 100), n}:
+                    got = cuda_topk.topk(cupy.asarray(x), k).get()
+                    rep.check(np.array_equal(got, kernels.topk_indices(x, k)),
+                              f"cuda exact top-k n={n} k={k} ties={ties}")
             big = cupy.asarray(rng.standard_normal(64 << 20).astype(np.float32))
             t = []
             for _ in range(6):

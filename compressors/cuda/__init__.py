@@ -21,7 +21,7 @@ import numpy as np
 __all__ = ["dequantize", "gather", "module", "quantize", "scatter", "select_above", "sign_pack",
            "sign_unpack", "sources"]
 
-SOURCES = ("quantize.cu", "sign.cu", "sparse.cu")
+SOURCES = ("quantize.cu", "sign.cu", "sparse.cu", "topk.cu")
 # accepted by NVRTC and nvcc alike
 OPTIONS = ("-std=c++17",)
 # NVRTC ships no standard headers: the sources include <cstdint> only under nvcc, and this
@@ -65,14 +65,14 @@ def source_dir() -> Path:
 
 
 def sources() -> str:
-    """The exact code ``module()`` compiles: the prelude, then the three sources."""
+    """The exact code ``module()`` compiles: the prelude, then the sources."""
     where = source_dir()
     return PRELUDE + "\n".join((where / s).read_text() for s in SOURCES)
 
 
 @functools.cache
 def module() -> Any:
-    """The compiled kernels (one cupy.RawModule for all three sources), built through NVRTC,
+    """The compiled kernels (one cupy.RawModule for all the sources), built through NVRTC,
     or through nvcc when NVRTC fails and nvcc is on PATH."""
     cupy = _cupy()
     code = sources()
