@@ -27,6 +27,7 @@ from .errors import (
 from .progress import Handle
 from .sparse import isparse_allreduce, sparse_allreduce
 from .transport import Communicator, as_communicator
+from .version import __version__
 
 
 def schemes() -> list[str]:
@@ -42,6 +43,7 @@ def algorithms() -> list[str]:
 
 
 __all__ = [
+    "__version__",
     "CollectiveTimeout", "CommunicationError", "CommunicatorUnusable", "CompcollError",
     "Communicator", "Handle",
     "MismatchError", "TransportError", "algorithms", "allgather", "allreduce",

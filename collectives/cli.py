@@ -69,8 +69,10 @@ def command(name: str, *, help: str,
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser: one nested subparser per word of each registered command."""
     from . import commands  # noqa: F401  (importing the modules registers the commands)
+    from .version import __version__
 
     root = Parser(prog="compcoll", description=__doc__.splitlines()[0])
+    root.add_argument("--version", action="version", version=f"compcoll {__version__}")
     groups: dict[tuple[str, ...], argparse._SubParsersAction] = {
         (): root.add_subparsers(title="commands", metavar="COMMAND", required=True),
     }

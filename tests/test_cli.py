@@ -293,3 +293,17 @@ def test_model_compare_checks_the_rank_count_before_fitting(tmp_path: Path, caps
     for nodes in (["--nodes", "8"], ["--fitted", "-np", "2"]):
         line = refused("model", *nodes, "--compare", str(bench), capsys=capsys)
         assert "the bench ran on 4 ranks" in line and "--fitted -np 4" in line
+
+
+def test_version_names_the_installed_distribution(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib import metadata
+
+    import collectives
+    from collectives.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    want = metadata.version("compcoll")
+    assert capsys.readouterr().out.strip() == f"compcoll {want}"
+    assert collectives.__version__ == want

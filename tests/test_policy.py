@@ -383,3 +383,25 @@ def test_a_standing_decision_yields_only_to_a_clear_gain(fp16_s: float, kept: bo
     policy.decisions = {lay.name: canonical("fp16") for lay in MLP}  # the standing plan
     policy.update(comm, 1)
     assert set(policy.decisions.values()) == ({canonical("fp16")} if kept else {"none"})
+
+
+def test_decisions_are_logged_on_rank_zero(caplog) -> None:
+    layers = [lay("big", 1 << 17), lay("tiny", 16, "1d")]
+    policy = AutoPolicy(max_error=0.3, first=0, probe_steps=2, cost=SLOW, latency="model")
+    comm = Ranks()
+    policy.update(comm, 0)
+    _profile(policy, layers, range(2))
+    with caplog.at_level("INFO", logger="collectives.policy.auto"):
+        policy.update(comm, 2)
+    logged = [r.getMessage() for r in caplog.records if r.name == "collectives.policy.auto"]
+    assert len(logged) == 1 and "step 2: decided" in logged[0]
+    assert policy.table() in logged[0]  # the whole per-layer table
+    other = Ranks()
+    other.rank = 1
+    again = AutoPolicy(max_error=0.3, first=0, probe_steps=2, cost=SLOW, latency="model")
+    again.update(other, 0)
+    _profile(again, layers, range(2))
+    caplog.clear()
+    with caplog.at_level("INFO", logger="collectives.policy.auto"):
+        again.update(other, 2)
+    assert not caplog.records, "only rank 0 logs (every rank decides alike)"

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 from collections.abc import Hashable, Mapping
 from typing import Any
 
@@ -52,6 +53,8 @@ from .decide import decide, render, unmeasured
 from .layers import Layer
 from .profile import Profiler, combine, plain_first
 from .signals import Signals
+
+log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_CANDIDATES", "AutoConfig", "AutoPolicy"]
 
@@ -295,6 +298,9 @@ class AutoPolicy(Policy):
         self.log.append({"step": step, "event": f"decided ({reason})",
                          "predicted_s": out.total, "error": self.total_error,
                          "collective_us": {k: v * 1e6 for k, v in self.collective_s.items()}})
+        if comm.rank == 0 and log.isEnabledFor(logging.INFO):  # every rank decides alike
+            log.info("step %d: decided (%s), predicted %.2f ms a step\n%s", step, reason,
+                     out.total * 1e3, self.table())
 
     def _fixed(self, comm: Any, step: int, cost: costmodel.CostParams,
                plain: str | None) -> list[float]:
