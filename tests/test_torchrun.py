@@ -16,3 +16,9 @@ def test_comm_none_follows_torch_distributed_under_torchrun(tmp_path) -> None:
 
 def test_comm_none_is_the_mpi_world_under_mpiexec_and_refuses_a_different_torch_size() -> None:
     passed(run("default_comm.py", 2, timeout=120), "mpi default comm")
+
+
+def test_compcoll_backend_string_compresses_ddp_and_trains_like_gloo() -> None:
+    res = torchrun("backend.py", 2, timeout=240)
+    passed(res, "torchrun backend")
+    assert "backend training:" in res.stdout

@@ -123,23 +123,39 @@ class TorchCommunicator(Communicator):
         """The tensor the engine reads ``host`` from (a staged copy on NCCL)."""
         return host if self.stage_device is None else host.to(self.stage_device, copy=True)
 
+    # -- the engine's calls (a subclass on a bare ProcessGroup object replaces these) ------
+    def _send(self, t: Any, dest: int, tag: int) -> Any:
+        _, dist = _torch()
+        return dist.isend(t, self._global[dest], group=self.group, tag=tag)
+
+    def _recv(self, t: Any, source: int, tag: int) -> Any:
+        _, dist = _torch()
+        return dist.irecv(t, self._global[source], group=self.group, tag=tag)
+
+    def _gather(self, dst: Any, src: Any) -> Any:
+        _, dist = _torch()
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        return gather(dst, src, group=self.group, async_op=True)
+
+    def _allreduce(self, t: Any, rop: Any) -> Any:
+        _, dist = _torch()
+        return dist.all_reduce(t, op=rop, group=self.group, async_op=True)
+
     def isend(self, buf: np.ndarray, dest: int, tag: int, what: str = "send") -> Request:
         self.check_usable()
-        _, dist = _torch()
         t = self._in(self._tensor(buf))
         self.bytes_sent += buf.nbytes
         try:
-            work = dist.isend(t, self._global[dest], group=self.group, tag=tag)
+            work = self._send(t, dest, tag)
         except RuntimeError as exc:
             raise self._engine_error(f"torch.distributed.isend to rank {dest} failed", exc) from exc
         return self._track(_WorkRequest(work, dest, what, t))
 
     def irecv(self, buf: np.ndarray, source: int, tag: int, what: str = "recv") -> Request:
         self.check_usable()
-        _, dist = _torch()
         t, land = self._out(self._tensor(buf))
         try:
-            work = dist.irecv(t, self._global[source], group=self.group, tag=tag)
+            work = self._recv(t, source, tag)
         except RuntimeError as exc:
             raise self._engine_error(f"torch.distributed.irecv from rank {source} failed",
                                      exc) from exc
@@ -147,12 +163,11 @@ class TorchCommunicator(Communicator):
 
     def iallgather_ints(self, values: np.ndarray, out: np.ndarray) -> Request:
         self.check_usable()
-        torch, dist = _torch()
+        torch, _ = _torch()
         src = self._in(torch.from_numpy(values))
         dst, land = self._out(torch.from_numpy(out.reshape(-1)))
-        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         try:
-            work = gather(dst, src, group=self.group, async_op=True)
+            work = self._gather(dst, src)
         except RuntimeError as exc:
             raise self._engine_error("torch.distributed all_gather failed", exc) from exc
         return self._track(_WorkRequest(work, None, "allgather of metadata", (src, dst), land))
@@ -169,7 +184,7 @@ class TorchCommunicator(Communicator):
                "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[op]
         staged, land = self._out(t, read_too=True)
         try:
-            work = dist.all_reduce(staged, op=rop, group=self.group, async_op=True)
+            work = self._allreduce(staged, rop)
         except RuntimeError as exc:
             raise self._engine_error("torch.distributed.all_reduce failed", exc) from exc
         return self._track(_WorkRequest(work, None, "torch all_reduce", staged, land))
@@ -185,3 +200,37 @@ class TorchCommunicator(Communicator):
         import os
 
         os._exit(code)
+
+
+class ProcessGroupCommunicator(TorchCommunicator):
+    """compcoll transport on a bare ``ProcessGroup`` object that torch.distributed does not
+    know as a group (the ``compcoll`` backend's own gloo group): its methods are called
+    directly, with group ranks."""
+
+    def __init__(self, pg: Any) -> None:
+        Communicator.__init__(self)
+        self.group = pg
+        self._rank, self._size = int(pg.rank()), int(pg.size())
+        self._global = list(range(self._size))
+        self.backend = str(pg.name()) if hasattr(pg, "name") else "gloo"
+        self.stage_device = None
+        self.matches_by_tag = True
+
+    def _send(self, t: Any, dest: int, tag: int) -> Any:
+        return self.group.send([t], dest, tag)
+
+    def _recv(self, t: Any, source: int, tag: int) -> Any:
+        return self.group.recv([t], source, tag)
+
+    def _gather(self, dst: Any, src: Any) -> Any:
+        return self.group._allgather_base(dst, src)
+
+    def _allreduce(self, t: Any, rop: Any) -> Any:
+        _, dist = _torch()
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = rop
+        return self.group.allreduce([t], opts)
+
+    def split(self, ranks: list[int], timeout: float = 300.0) -> TorchCommunicator | None:
+        raise NotImplementedError("a bare process group cannot be split: pass a "
+                                  "torch.distributed group or an MPI communicator")
