@@ -22,3 +22,8 @@ def test_compcoll_backend_string_compresses_ddp_and_trains_like_gloo() -> None:
     res = torchrun("backend.py", 2, timeout=240)
     passed(res, "torchrun backend")
     assert "backend training:" in res.stdout
+
+
+def test_the_readme_ddp_snippet_runs_as_written_under_torchrun(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("COMPCOLL_CACHE_DIR", str(tmp_path / "cache"))
+    passed(torchrun("front_door.py", 2, timeout=240), "torchrun front door")
