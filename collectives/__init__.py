@@ -31,14 +31,26 @@ from .version import __version__
 
 
 def schemes() -> list[str]:
-    """Names of the compressed-allreduce schemes ("auto" prices them)."""
+    """Names of the compressed-allreduce schemes ("auto" prices them).
+
+    Example::
+
+        >>> import collectives
+        >>> assert "reduce_scatter_allgather" in collectives.schemes()
+    """
     from .compressed import SCHEMES
 
     return list(SCHEMES)
 
 
 def algorithms() -> list[str]:
-    """Names of the registered allreduce algorithms ("auto" picks among ours)."""
+    """Names of the registered allreduce algorithms ("auto" picks among ours).
+
+    Example::
+
+        >>> import collectives
+        >>> assert {"ring", "rabenseifner", "mpi"} <= set(collectives.algorithms())
+    """
     return _algorithms.names()
 
 

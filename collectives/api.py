@@ -38,6 +38,15 @@ def iallreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any 
 
     Same arguments as :func:`allreduce`. Every rank must start its nonblocking collectives in
     the same order; several may be in flight at once.
+
+    Example::
+
+        >>> import numpy as np, collectives
+        >>> a, b = np.ones(1000, np.float32), np.arange(10.0)
+        >>> h1 = collectives.iallreduce(a, algorithm="ring")
+        >>> h2 = collectives.iallreduce(b, op="max")  # both in flight
+        >>> total, largest = h1.wait(), h2.wait()
+        >>> assert total[0] == collectives.as_communicator().size and largest[9] == 9.0
     """
     c = as_communicator(comm)
     if compressor is not None:
@@ -145,6 +154,13 @@ def reduce_scatter(buf: Any, *, op: str = "sum", comm: Any = None,
 
     Blocks follow ``counts`` (one per rank, summing to ``buf``'s size) or, by default, a
     balanced split whose sizes differ by at most one element. Ring algorithm, pipelined.
+
+    Example::
+
+        >>> import numpy as np, collectives
+        >>> p = collectives.as_communicator().size
+        >>> mine = collectives.reduce_scatter(np.ones(10 * p, np.float32))
+        >>> assert mine.size == 10 and (mine == p).all()
     """
     c = as_communicator(comm)
     prepared = buffers.prepare(buf, None)
@@ -178,6 +194,13 @@ def allgather(buf: Any, *, comm: Any = None, timeout: float | None = None) -> An
 
     One small allgather exchanges the sizes and checks the dtypes agree, then a pipelined ring
     moves the data. Returns a 1-D array of the caller's type.
+
+    Example::
+
+        >>> import numpy as np, collectives
+        >>> c = collectives.as_communicator()
+        >>> every = collectives.allgather(np.full(c.rank + 1, c.rank))  # sizes may differ
+        >>> assert every.size == c.size * (c.size + 1) // 2
     """
     c = as_communicator(comm)
     prepared = buffers.prepare(buf, None)
@@ -199,6 +222,12 @@ def broadcast(buf: Any, *, root: int = 0, comm: Any = None, timeout: float | Non
     """Broadcast ``buf`` from ``root`` to every rank, in place; returns ``buf``.
 
     Binomial tree, segmented so that large buffers stream down the tree.
+
+    Example::
+
+        >>> import numpy as np, collectives
+        >>> x = np.full(5, collectives.as_communicator().rank, np.int64)
+        >>> assert (collectives.broadcast(x, root=0) == 0).all()
     """
     c = as_communicator(comm)
     if not 0 <= root < c.size:

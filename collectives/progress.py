@@ -18,6 +18,14 @@ class Handle:
     Several handles may be in flight at once; each uses its own message tag. After a
     ``CollectiveTimeout`` (or an engine error) the communicator is unusable: this handle and
     every later call on it raise ``CommunicatorUnusable`` (the abandoned buffers stay alive).
+
+    Example::
+
+        >>> import numpy as np, collectives
+        >>> h = collectives.iallreduce(np.ones(1 << 16, np.float32))
+        >>> while not h.test():
+        ...     pass  # overlap other work here
+        >>> assert h.wait()[0] == collectives.as_communicator().size
     """
 
     def __init__(self, steps: Steps, finish: Callable[[], Any], collective: str,

@@ -60,7 +60,15 @@ __all__ = [
 
 
 def compressor_for(payload: Payload) -> Compressor:
-    """The compressor a payload names, configured with its parameters."""
+    """The compressor a payload names, configured with its parameters.
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> x = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+        >>> payload = compressors.get("uniform:bits=4").compress(x, name="w", step=0)
+        >>> assert compressors.compressor_for(payload) == compressors.get("uniform:bits=4")
+    """
     try:
         return get(payload.compressor, **dict(payload.params))
     except (ValueError, TypeError) as e:
@@ -68,5 +76,14 @@ def compressor_for(payload: Payload) -> Compressor:
 
 
 def decompress(payload: Payload, out: Any = None) -> Any:
-    """Decode any payload with the compressor it names."""
+    """Decode any payload with the compressor it names.
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> x = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+        >>> wire = compressors.get("sign").compress(x, name="w", step=0).to_bytes()
+        >>> y = compressors.decompress(compressors.Payload.from_bytes(wire))
+        >>> assert y.shape == x.shape
+    """
     return compressor_for(payload).decompress(payload, out)

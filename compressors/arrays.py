@@ -32,7 +32,16 @@ _NUMPY_NAMES: dict[np.dtype, str] = {dt: name for name, dt in FLOAT_DTYPES.items
 
 @dataclass(frozen=True)
 class ArrayInfo:
-    """Where an array came from, so a result can be handed back in the same form."""
+    """Where an array came from, so a result can be handed back in the same form.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from compressors.arrays import to_host, from_host
+        >>> host, info = to_host(np.ones(3, np.float16))
+        >>> assert info.kind == "numpy" and info.dtype == "float16"
+        >>> assert from_host(host, info).dtype == np.float16
+    """
 
     kind: str  # "numpy", "torch" or "cupy"
     dtype: str  # a key of FLOAT_DTYPES

@@ -33,6 +33,12 @@ class Capabilities:
 
     ``allreduce_steps`` names the summable allreduce rounds of a multi-step method such as
     PowerSGD (empty for single-payload methods).
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> caps = compressors.get("topk:ratio=0.01").capabilities
+        >>> assert caps.sparse and not caps.summable
     """
 
     summable: bool
@@ -47,6 +53,13 @@ def derive_seed(seed: int, name: str, step: int) -> int:
 
     blake2b rather than Python's ``hash()``, which is salted per process and would give every
     rank different random choices.
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> s = compressors.derive_seed(0, "layer1.weight", 5)
+        >>> assert s == compressors.derive_seed(0, "layer1.weight", 5)  # every rank alike
+        >>> assert s != compressors.derive_seed(0, "layer1.weight", 6)
     """
     h = hashlib.blake2b(f"{seed}\x00{name}\x00{step}".encode(), digest_size=8)
     return int.from_bytes(h.digest(), "little")
@@ -65,6 +78,14 @@ class Compressor:
     Subclasses are frozen dataclasses (their fields are the configuration, validated in
     ``__post_init__``) and implement ``capabilities``, ``layout``, ``_encode`` and ``_decode``
     on flat host arrays. The base class handles array types, dtypes and buffer checks.
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> x = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+        >>> comp = compressors.get("uniform:bits=8")
+        >>> y = comp.decompress(comp.compress(x, name="w", step=0))
+        >>> assert np.abs(y - x).max() <= (x.max() - x.min()) / 255
     """
 
     name: ClassVar[str] = ""
@@ -242,7 +263,18 @@ C = TypeVar("C", bound=type[Compressor])
 
 
 def register(name: str) -> Callable[[C], C]:
-    """Class decorator: make a compressor available as ``get(name)``."""
+    """Class decorator: make a compressor available as ``get(name)``.
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> from dataclasses import dataclass
+        >>> @compressors.register("my_identity")
+        ... @dataclass(frozen=True)
+        ... class MyIdentity(compressors.NoCompression):
+        ...     pass  # the identity, under another name
+        >>> assert compressors.get("my_identity").name == "my_identity"
+    """
 
     def deco(cls: C) -> C:
         if name in _REGISTRY:
@@ -255,7 +287,13 @@ def register(name: str) -> Callable[[C], C]:
 
 
 def available() -> list[str]:
-    """Names of the registered compressors."""
+    """Names of the registered compressors.
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> assert {"uniform", "topk", "powersgd"} <= set(compressors.available())
+    """
     return sorted(_REGISTRY)
 
 
@@ -275,6 +313,12 @@ def get(spec: str, **params: Any) -> Compressor:
     """Compressor by name and parameters.
 
     ``get("topk", ratio=0.01)`` and ``get("topk:ratio=0.01")`` are the same compressor.
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> comp = compressors.get("uniform:bits=4")  # or ("uniform", bits=4)
+        >>> assert comp == compressors.get("uniform", bits=4) and comp.bits == 4
     """
     name, _, rest = spec.partition(":")
     for item in filter(None, (s.strip() for s in rest.split(","))):

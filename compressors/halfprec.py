@@ -58,7 +58,17 @@ class _HalfCast(Compressor):
 @register("fp16")
 @dataclass(frozen=True)
 class FP16(_HalfCast):
-    """Cast to IEEE half precision (11-bit significand, range +-65504)."""
+    """Cast to IEEE half precision (11-bit significand, range +-65504).
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> comp = compressors.get("fp16")
+        >>> x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+        >>> payload = comp.compress(x, name="layer1.weight", step=0)
+        >>> y = comp.decompress(payload)  # x's shape and dtype; the error is the compressor's
+        >>> assert y.shape == x.shape and payload.nbytes <= x.nbytes + 64
+    """
 
     wire = "float16"
 
@@ -66,6 +76,16 @@ class FP16(_HalfCast):
 @register("bf16")
 @dataclass(frozen=True)
 class BF16(_HalfCast):
-    """Cast to bfloat16 (8-bit significand, float32's range)."""
+    """Cast to bfloat16 (8-bit significand, float32's range).
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> comp = compressors.get("bf16")
+        >>> x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+        >>> payload = comp.compress(x, name="layer1.weight", step=0)
+        >>> y = comp.decompress(payload)  # x's shape and dtype; the error is the compressor's
+        >>> assert y.shape == x.shape and payload.nbytes <= x.nbytes + 64
+    """
 
     wire = "bfloat16"

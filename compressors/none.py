@@ -18,7 +18,17 @@ __all__ = ["NoCompression"]
 @register("none")
 @dataclass(frozen=True)
 class NoCompression(Compressor):
-    """Send the tensor unchanged (NaN/Inf included, bit for bit)."""
+    """Send the tensor unchanged (NaN/Inf included, bit for bit).
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> comp = compressors.get("none")
+        >>> x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+        >>> payload = comp.compress(x, name="layer1.weight", step=0)
+        >>> y = comp.decompress(payload)  # x's shape and dtype; the error is the compressor's
+        >>> assert y.shape == x.shape and payload.nbytes <= x.nbytes + 64
+    """
 
     @property
     def capabilities(self) -> Capabilities:

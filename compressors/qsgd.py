@@ -36,7 +36,17 @@ F32 = np.dtype(np.float32)
 @register("qsgd")
 @dataclass(frozen=True)
 class QSGD(Compressor):
-    """Unbiased stochastic quantization to ``levels`` magnitudes per sign, scaled by the norm."""
+    """Unbiased stochastic quantization to ``levels`` magnitudes per sign, scaled by the norm.
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> comp = compressors.get("qsgd")
+        >>> x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+        >>> payload = comp.compress(x, name="layer1.weight", step=0)
+        >>> y = comp.decompress(payload)  # x's shape and dtype; the error is the compressor's
+        >>> assert y.shape == x.shape and payload.nbytes <= x.nbytes + 64
+    """
 
     levels: int = 127
     bucket_size: int = 512

@@ -63,7 +63,17 @@ def nonfinite_marker(flat: np.ndarray, dtype: str) -> np.ndarray | None:
 @register("randomk")
 @dataclass(frozen=True)
 class RandomK(Compressor):
-    """Keep a shared random ``ratio`` fraction of the coordinates."""
+    """Keep a shared random ``ratio`` fraction of the coordinates.
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> comp = compressors.get("randomk:ratio=0.05")
+        >>> x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+        >>> payload = comp.compress(x, name="layer1.weight", step=0)
+        >>> y = comp.decompress(payload)  # x's shape and dtype; the error is the compressor's
+        >>> assert y.shape == x.shape and payload.nbytes <= x.nbytes + 64
+    """
 
     ratio: float = 0.01
     rescale: bool = False

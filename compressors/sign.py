@@ -35,7 +35,17 @@ F32 = np.dtype(np.float32)
 @register("sign")
 @dataclass(frozen=True)
 class Sign(Compressor):
-    """1-bit sign with a per-bucket mean-|x| scale."""
+    """1-bit sign with a per-bucket mean-|x| scale.
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> comp = compressors.get("sign")
+        >>> x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+        >>> payload = comp.compress(x, name="layer1.weight", step=0)
+        >>> y = comp.decompress(payload)  # x's shape and dtype; the error is the compressor's
+        >>> assert y.shape == x.shape and payload.nbytes <= x.nbytes + 64
+    """
 
     bucket_size: int = 2048
 

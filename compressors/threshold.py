@@ -32,7 +32,17 @@ __all__ = ["Threshold"]
 @register("threshold")
 @dataclass(frozen=True)
 class Threshold(SparsifierFeedback, Compressor):
-    """Keep values whose magnitude exceeds ``tau``."""
+    """Keep values whose magnitude exceeds ``tau``.
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> comp = compressors.get("threshold:tau=1")
+        >>> x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+        >>> payload = comp.compress(x, name="layer1.weight", step=0)
+        >>> y = comp.decompress(payload)  # x's shape and dtype; the error is the compressor's
+        >>> assert y.shape == x.shape and payload.nbytes <= x.nbytes + 64
+    """
 
     tau: float = 1e-3
 

@@ -42,7 +42,17 @@ def k_of(numel: int, ratio: float) -> int:
 @register("topk")
 @dataclass(frozen=True)
 class TopK(SparsifierFeedback, Compressor):
-    """Keep the largest ``ratio`` fraction of values by magnitude."""
+    """Keep the largest ``ratio`` fraction of values by magnitude.
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> comp = compressors.get("topk:ratio=0.01")
+        >>> x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+        >>> payload = comp.compress(x, name="layer1.weight", step=0)
+        >>> y = comp.decompress(payload)  # x's shape and dtype; the error is the compressor's
+        >>> assert y.shape == x.shape and payload.nbytes <= x.nbytes + 64
+    """
 
     ratio: float = 0.01
     approximate: bool = False

@@ -41,7 +41,17 @@ F32 = np.dtype(np.float32)
 @register("uniform")
 @dataclass(frozen=True)
 class Uniform(Compressor):
-    """Uniform quantization with per-bucket min and step; bits in {1, 2, 4, 8}."""
+    """Uniform quantization with per-bucket min and step; bits in {1, 2, 4, 8}.
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> comp = compressors.get("uniform:bits=8")
+        >>> x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+        >>> payload = comp.compress(x, name="layer1.weight", step=0)
+        >>> y = comp.decompress(payload)  # x's shape and dtype; the error is the compressor's
+        >>> assert y.shape == x.shape and payload.nbytes <= x.nbytes + 64
+    """
 
     bits: int = 8
     bucket_size: int = 512

@@ -67,7 +67,14 @@ def _to_cupy(cupy: Any, dev: Any, a: np.ndarray) -> Any:
 def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
                       algorithm: str = "auto", k: int | None = None, dense: bool = True,
                       timeout: float | None = None, validate: bool | None = None) -> Handle:
-    """Start a sparse allreduce; ``wait()`` returns what ``sparse_allreduce`` returns."""
+    """Start a sparse allreduce; ``wait()`` returns what ``sparse_allreduce`` returns.
+
+    Example::
+
+        >>> import numpy as np, collectives
+        >>> h = collectives.isparse_allreduce(np.array([3]), np.ones(1, np.float32), size=10)
+        >>> assert h.wait()[3] == collectives.as_communicator().size
+    """
     c = as_communicator(comm)
     if algorithm != "auto" and algorithm not in ALGORITHMS:
         raise ValueError(f"unknown sparse algorithm {algorithm!r}; available: auto, "
@@ -133,6 +140,14 @@ def sparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
 
     Values are summed in float32 (float64 for float64 input). Entries whose sum is exactly
     zero may be left out of a sparse result.
+
+    Example::
+
+        >>> import numpy as np, collectives
+        >>> c = collectives.as_communicator()
+        >>> dense = collectives.sparse_allreduce(np.array([c.rank, 7]), np.ones(2, np.float32),
+        ...                                      size=100)
+        >>> assert dense[7] == c.size and dense.sum() == 2 * c.size
     """
     return isparse_allreduce(indices, values, size, comm=comm, algorithm=algorithm, k=k,
                              dense=dense, timeout=timeout, validate=validate).wait()

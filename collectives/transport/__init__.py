@@ -30,6 +30,14 @@ def as_communicator(comm: Any = None) -> Communicator:
     is). Wrappers are cached per engine object so the collective sequence numbers (message
     tags) stay consistent across calls. A communicator that failed (a timeout, an engine
     error) raises CommunicatorUnusable here, so every collective refuses it from the start.
+
+    Example::
+
+        >>> import numpy as np, collectives
+        >>> from mpi4py import MPI
+        >>> half = MPI.COMM_WORLD.Split(MPI.COMM_WORLD.rank % 2)
+        >>> c = collectives.as_communicator(half)
+        >>> assert collectives.allreduce(np.ones(4), comm=c)[0] == c.size
     """
     if isinstance(comm, Communicator):
         comm.check_usable()

@@ -48,6 +48,13 @@ class Communicator(ABC):
     Subclasses: ``MPICommunicator`` (mpi4py), ``TorchCommunicator`` (torch.distributed).
     Every buffer passed here is a C-contiguous numpy array on the host (or, for engines that
     accept them, a device array with ``__cuda_array_interface__``); it is sent as raw bytes.
+
+    Example::
+
+        >>> import collectives
+        >>> from mpi4py import MPI
+        >>> c = collectives.as_communicator(MPI.COMM_WORLD)
+        >>> assert (c.rank, c.size) == (MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size)
     """
 
     #: short engine name, e.g. "mpi" or "torch"
