@@ -2,9 +2,10 @@
 
 compcoll's own algorithms reduce on the host with the C++ kernels, so a device buffer is
 staged through pinned host memory: synchronize the producing stream, copy device->host, run
-the collective, copy host->device. The ``mpi`` algorithm hands device buffers straight to the
-MPI library when that library is CUDA-aware (MPIX_Query_cuda_support, or
-COMPCOLL_CUDA_AWARE_MPI=1 to force it).
+the collective, copy host->device. A compressed allreduce whose compressor has a device twin
+stages only the payloads (``collectives.compressed.ondevice``). The ``mpi`` algorithm hands
+device buffers straight to the MPI library when that library is CUDA-aware
+(MPIX_Query_cuda_support, or COMPCOLL_CUDA_AWARE_MPI=1 to force it).
 
 The runtime doing the copies is found lazily: CuPy, then torch.cuda, then libcudart through
 ctypes. Tests register a runtime whose "device" memory is host memory, which exercises every

@@ -33,7 +33,7 @@ from ._wire import CHECKSUM_NBYTES, Reader, checksum, params_bytes, read_params,
 from .arrays import ArrayInfo
 from .errors import PayloadError
 
-__all__ = ["FORMAT_VERSION", "Payload", "checksum_enabled", "set_checksum"]
+__all__ = ["FORMAT_VERSION", "Payload", "checksum_enabled", "header_bytes", "set_checksum"]
 
 MAGIC = b"CCPL"
 FORMAT_VERSION = 2
@@ -49,7 +49,14 @@ Param = int | float | bool | str
 
 def set_checksum(enabled: bool) -> None:
     """Whether payloads written from now on end with a CRC-32C (default True). Set it the same
-    in every process before communicating: wire sizes count the checksum."""
+    in every process before communicating: wire sizes count the checksum.
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> compressors.set_checksum(False)  # every rank alike: the ranks check that they agree
+        >>> compressors.set_checksum(True)
+    """
     global _checksum
     if not isinstance(enabled, bool):
         raise ValueError(f"set_checksum: enabled must be a bool, got {enabled!r}")
@@ -61,12 +68,36 @@ def checksum_enabled() -> bool:
     return _checksum
 
 
+def header_bytes(compressor: str, dtype: str, shape: tuple[int, ...],
+                 params: Mapping[str, Param], specs: list[tuple[str, np.dtype, int]]) -> bytes:
+    """The header of a payload whose buffers are (name, little-endian dtype, length), in wire
+    order, padding included (for buffers that live elsewhere, e.g. in device memory)."""
+    out = [MAGIC, struct.pack("<BB", FORMAT_VERSION, FLAG_CHECKSUM if _checksum else 0),
+           str8(compressor), struct.pack("<BB", _DTYPES.index(dtype), len(shape)),
+           struct.pack(f"<{len(shape)}Q", *shape), params_bytes(params),
+           struct.pack("<B", len(specs))]
+    for name, dt, size in specs:
+        out += [str8(name), struct.pack("<BQ", _BUFFER_DTYPES.index(np.dtype(dt)), size)]
+    head = b"".join(out)
+    npad = -(len(head) + 1) % 8
+    return head + struct.pack("<B", npad) + bytes(npad)
+
+
 @dataclass
 class Payload:
     """Wire buffers of one compressed tensor plus the metadata needed to decode them.
 
     ``origin`` records the caller's array type for ``decompress``; it stays local and is not
     part of the bytes.
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> x = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+        >>> payload = compressors.get("uniform:bits=8").compress(x, name="w", step=0)
+        >>> wire = payload.to_bytes()  # header, buffers, CRC-32C: what goes on the network
+        >>> back = compressors.Payload.from_bytes(wire)
+        >>> assert np.array_equal(compressors.decompress(back), compressors.decompress(payload))
     """
 
     compressor: str
@@ -91,19 +122,12 @@ class Payload:
 
     def _header(self) -> tuple[bytes, list[np.ndarray]]:
         """The header bytes (padding included) and the buffers' raw bytes, in wire order."""
-        out = [MAGIC, struct.pack("<BB", FORMAT_VERSION, FLAG_CHECKSUM if _checksum else 0),
-               str8(self.compressor),
-               struct.pack("<BB", _DTYPES.index(self.dtype), len(self.shape)),
-               struct.pack(f"<{len(self.shape)}Q", *self.shape), params_bytes(self.params),
-               struct.pack("<B", len(self.buffers))]
-        raw = []
+        specs, raw = [], []
         for name, buf in self.buffers.items():
             dt = buf.dtype.newbyteorder("<") if buf.dtype.byteorder == ">" else buf.dtype
-            out += [str8(name), struct.pack("<BQ", _BUFFER_DTYPES.index(np.dtype(dt)), buf.size)]
+            specs.append((name, np.dtype(dt), buf.size))
             raw.append(np.ascontiguousarray(buf, dtype=dt).reshape(-1).view(np.uint8))
-        head = b"".join(out)
-        npad = -(len(head) + 1) % 8
-        return head + struct.pack("<B", npad) + bytes(npad), raw
+        return header_bytes(self.compressor, self.dtype, self.shape, self.params, specs), raw
 
     def header_nbytes(self) -> int:
         """Wire bytes besides the buffers: header and checksum (the wire size is this plus

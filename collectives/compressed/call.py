@@ -11,10 +11,11 @@ from compressors import ErrorFeedback
 
 from .. import buffers, costmodel, ops
 from ..config import defaults
+from ..dtypes import lookup
 from ..progress import Handle
 from ..transport.base import Communicator
 from ..validation import agree
-from . import SCHEMES, candidates, check_scheme, make_ctx, resolve_compressor
+from . import SCHEMES, candidates, check_scheme, make_ctx, ondevice, resolve_compressor
 from .checks import check_algorithms, check_feedback, fields
 from .select import choose
 
@@ -51,10 +52,14 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
     check_feedback(feedback, comp)
     check_algorithms(algorithm, sparse_algorithm, k)
     shape = buffers.shape_of(buf)
-    # Out of place, every scheme reads its whole input before writing the sum: the input is
-    # read where it is, and the caller's output buffer is the working array (no copy).
-    prepared = buffers.prepare(buf, out, copy_input=False)
-    dtype = prepared.dtype
+    codec = ondevice.route(buf, out, comp, feedback)
+    if codec is not None:  # compressed on the device: only payloads cross to the host
+        prepared, dtype, numel = None, lookup("float32"), int(np.prod(shape))
+    else:
+        # Out of place, every scheme reads its whole input before writing the sum: the input
+        # is read where it is, and the caller's output buffer is the working array (no copy).
+        prepared = buffers.prepare(buf, out, copy_input=False)
+        dtype, numel = prepared.dtype, prepared.work.size
     if not dtype.is_float:
         raise ValueError(f"compressed allreduce needs a floating-point buffer, got {dtype.name}")
     op = ops.check_op(op, dtype)
@@ -64,18 +69,23 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
     if defaults.validate if validate is None else validate:
         agree(c, "compressed allreduce", fields(comp, feedback, scheme, op, algorithm,
                                                 sparse_algorithm, k, name, step,
-                                                prepared.work.size, dtype), timeout)
+                                                numel, dtype), timeout)
     if "auto" in (scheme, algorithm, sparse_algorithm):
         costmodel.params(c, timeout=timeout)  # fit now, collectively, not midway through
     if scheme == "auto":
-        scheme = choose(c, comp, prepared.work.size, dtype.itemsize, schemes)
+        scheme = choose(c, comp, numel, dtype.itemsize, schemes)
+    options = {"algorithm": algorithm, "sparse_algorithm": sparse_algorithm, "k": k}
+    if codec is not None and scheme in ondevice.SCHEMES:
+        return _on_device(c, buf, out, comp, feedback, scheme, op, name, step, codec, dtype,
+                          timeout, stats, options)
+    if prepared is None:  # a scheme without device steps: stage the whole buffer after all
+        prepared = buffers.prepare(buf, out, copy_input=False)
     if op == "avg" and dtype.itemsize == 2:
         prepared.load()  # the input is scaled in place first
     ops.prescale(prepared.work, dtype, op, c.size)  # fp16/bf16 average: divide first
     source = prepared.source if prepared.source is not None else prepared.work
     ctx = make_ctx(c, c.next_tag(), comp, feedback, name or "buffer", step,
-                   _input_view(source, dtype, shape), dtype, algorithm=algorithm,
-                   sparse_algorithm=sparse_algorithm, k=k)
+                   _input_view(source, dtype, shape), dtype, **options)
     # Every scheme reads its input before writing the sum, so the sum may land in the
     # caller's buffer directly when no rounding to a narrower dtype is needed.
     direct = prepared.work.dtype == ctx.acc
@@ -91,3 +101,26 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
         return prepared.finish()
 
     return Handle(SCHEMES[scheme](ctx), finish, f"compressed allreduce[{scheme}]", timeout)
+
+
+def _on_device(c: Communicator, buf: Any, out: Any, comp: Any, feedback: Any, scheme: str,
+               op: str, name: str | None, step: int, codec: Any, dtype: Any,
+               timeout: float | None, stats: dict | None, options: dict) -> Handle:
+    """The scheme with its codec steps on the device (``ondevice``); float32 sums in place
+    in the result, averaged after summing as on the host."""
+    result = ondevice.result_like(buf, out)
+    ctx = ondevice.make(c, c.next_tag(), comp, feedback, name or "buffer", step, buf, result,
+                        dtype, codec, **options)
+    sent_before = c.bytes_sent
+
+    def finish() -> Any:
+        ctx.release()
+        if op == "avg" and c.size > 1 and ctx.x.size:
+            codec.scale(ctx.out, 1.0 / c.size)
+        if stats is not None:
+            stats.update(ctx.stats, scheme=scheme, bytes_sent=c.bytes_sent - sent_before,
+                         on_device=True)
+        return result
+
+    return Handle(SCHEMES[scheme](ctx), finish, f"compressed allreduce[{scheme}, device]",
+                  timeout)

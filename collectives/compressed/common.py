@@ -82,8 +82,10 @@ class Ctx:
             else:
                 out[...] = to_acc(self.comp.decompress(payload), self.acc)
 
-    def decode_bytes_into(self, data: np.ndarray, out: np.ndarray) -> None:
-        """Decode a peer's wire bytes (validated: a foreign or damaged payload raises)."""
+    def decode_bytes_into(self, data: np.ndarray, out: np.ndarray, own: Any = None) -> None:
+        """Decode a peer's wire bytes (validated: a foreign or damaged payload raises).
+        ``own``: this rank's payload when the bytes are its own (the host decodes the bytes
+        all the same; a device context decodes ``own`` where it is, without a copy)."""
         self.decode_into(Payload.from_bytes(memoryview(data), copy=False), out)
 
     def fused(self, x: Any) -> bool:
@@ -132,9 +134,10 @@ class Ctx:
         fb.update_sent(key, xc, sent)
         return payloads
 
-    def decode_bytes_add(self, data: np.ndarray, out: np.ndarray) -> None:
+    def decode_bytes_add(self, data: np.ndarray, out: np.ndarray, own: Any = None) -> None:
         """``out += `` a peer's decoded payload: in the compressor's kernel where it has one,
-        else through a scratch array (the same sum either way)."""
+        else through a scratch array (the same sum either way). ``own`` as in
+        ``decode_bytes_into``."""
         payload = Payload.from_bytes(memoryview(data), copy=False)
         if out.size != payload.numel:
             raise ValueError(f"payload of {payload.numel} elements for {out.size} places")
@@ -144,6 +147,10 @@ class Ctx:
         scratch = self.buffer("scratch", out.size)
         self.decode_into(payload, scratch)
         out += scratch
+
+    def wire(self, payload: Payload) -> np.ndarray:
+        """A payload's wire bytes (uint8) for the transport."""
+        return wire(payload)
 
     def feedback_update(self, name: str, compensated: Any, payload: Payload) -> None:
         """residual[name] = compensated - decoded payload, decoding into reused memory."""

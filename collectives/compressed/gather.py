@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from ..algorithms.common import Steps
 from ..exchange import allgatherv
-from .common import Ctx, wire, wire_sizes
+from .common import Ctx, wire_sizes
 
 
 def run(ctx: Ctx) -> Steps:
     payload, = ctx.compress_compensated(ctx.x, ctx.name)
     sizes = wire_sizes(ctx.comp, [payload.shape] * ctx.comm.size, payload.dtype)
-    pieces = yield from allgatherv(ctx.comm, ctx.tag, wire(payload), sizes)
+    pieces = yield from allgatherv(ctx.comm, ctx.tag, ctx.wire(payload), sizes)
     for j, data in enumerate(pieces):  # rank order on every rank: the same bits everywhere
+        own = payload if j == ctx.comm.rank else None
         if j == 0:
-            ctx.decode_bytes_into(data, ctx.out)
+            ctx.decode_bytes_into(data, ctx.out, own)
         else:
-            ctx.decode_bytes_add(data, ctx.out)
+            ctx.decode_bytes_add(data, ctx.out, own)

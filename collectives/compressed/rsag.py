@@ -20,7 +20,7 @@ from ..algorithms.common import Steps, partition
 from ..config import defaults
 from ..exchange import allgatherv, alltoallv
 from ..interleave import concurrently
-from .common import Ctx, wire, wire_sizes
+from .common import Ctx, wire_sizes
 
 #: At most this many segments in flight. On 4 ranks over 1 Gbit/s links, 4-bit at 16 and 64 MB
 #: was fastest with 4 (4.96x and 5.0x MPI_Allreduce; 2 segments 4.90x and 4.38x, 8 segments
@@ -76,20 +76,21 @@ def _segment(ctx: Ctx, x: Any, base: int, total: int, tag: int, label: str, owne
                                         [f"{ctx.name}{label}/{j}" for j in range(p)],
                                         base=base, total=total)
     shapes = [(b - a,) for a, b in blocks]
-    got = yield from alltoallv(ctx.comm, tag, [wire(pl) for pl in payloads],
+    got = yield from alltoallv(ctx.comm, tag, [ctx.wire(pl) for pl in payloads],
                                wire_sizes(ctx.comp, shapes, payloads[0].dtype))
     lo, hi = blocks[r]
     owned = ctx.buffer(f"owned{label}", hi - lo)
     for j, data in enumerate(got):  # rank order: the same sum however the messages arrived
+        own = payloads[r] if j == r else None
         if j == 0:
-            ctx.decode_bytes_into(data, owned)
+            ctx.decode_bytes_into(data, owned, own)
         else:
-            ctx.decode_bytes_add(data, owned)
+            ctx.decode_bytes_add(data, owned, own)
     # second-level feedback lives with the chunk's owner
     summed, = ctx.compress_compensated(owned, f"{ctx.name}@owner", [(0, hi - lo)],
                                        [f"{ctx.name}{label}/sum{r}"], base=owner_base,
                                        total=owner_total)
-    pieces = yield from allgatherv(ctx.comm, tag, wire(summed),
+    pieces = yield from allgatherv(ctx.comm, tag, ctx.wire(summed),
                                    wire_sizes(ctx.comp, shapes, summed.dtype))
-    for data, (a, b) in zip(pieces, blocks, strict=True):
-        ctx.decode_bytes_into(data, ctx.out[base + a:base + b])
+    for j, (data, (a, b)) in enumerate(zip(pieces, blocks, strict=True)):
+        ctx.decode_bytes_into(data, ctx.out[base + a:base + b], summed if j == r else None)
