@@ -63,8 +63,9 @@ def test_bench_allreduce_sweep_writes_checked_rows(tmp_path: Path) -> None:
     assert doc["command"][:5] == ["compcoll", "bench", "allreduce", "-np", "2"]
     assert {"command", "mpi_library", "hostname", "date", "cost_params"} <= doc.keys()
     rows = doc["rows"]
-    assert [(r["size"], r["algo"]) for r in rows] == [
-        (size, algo) for size in (1024, 4096, 16384) for algo in ALGOS]
+    assert [(r["size"], r["inplace"], r["algo"]) for r in rows] == [  # both placements
+        (size, inplace, algo) for size in (1024, 4096, 16384) for inplace in (False, True)
+        for algo in ALGOS]
     for row in rows:
         assert COLUMNS <= row.keys()
         assert row["wrong"] == 0 and row["ranks_agree"]
@@ -73,6 +74,16 @@ def test_bench_allreduce_sweep_writes_checked_rows(tmp_path: Path) -> None:
                                                                             "mpi"))
     assert "recursive_doubling" in res.stdout
     assert (tmp_path / "out.csv").read_text().startswith("size,count,type")
+    lines = res.stdout.splitlines()  # nccl-tests' shape: both placements on one line
+    head = next(i for i, line in enumerate(lines) if "out-of-place" in line)
+    assert "in-place" in lines[head] and "redop" in lines[head + 1]
+    assert lines[head + 1].count("busbw") == 2 and lines[head + 1].count("#wrong") == 2
+    table = [line for line in lines[head + 2:] if not line.startswith("#")]
+    assert len(table) == 3 * len(ALGOS) and all(" sum " in line for line in table)
+    assert any(line.startswith("# cost model fitted on this communicator: alpha") for line in lines)
+    assert "# Out of bounds values : 0 OK" in lines
+    avg = [line for line in lines if line.startswith("# Avg bus bandwidth")]
+    assert [line.split()[-1] for line in avg] == [a.split(":")[0] for a in ALGOS]
 
 
 @pytest.mark.mpi

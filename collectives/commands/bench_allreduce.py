@@ -33,7 +33,7 @@ from . import checks
 from . import emulate as emulated
 from .bench_case import BASELINE
 from .bench_compressor import NONE, check_specs, combos, split_specs
-from .bench_sweep import sweep
+from .bench_sweep import places, sweep
 from .benchlib import parse_size, size_sweep
 from .launch import LAUNCHER_VARS, relaunch, without_np
 
@@ -68,10 +68,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", choices=dtypes.SUPPORTED)
     p.add_argument("--op", default="sum", choices=ops.SUPPORTED_OPS)
     place = p.add_mutually_exclusive_group()
-    place.add_argument("--inplace", dest="inplace", action="store_true",
-                       help="out=buf: the result overwrites the input")
+    place.add_argument("--inplace", dest="inplace", action="store_true", default=None,
+                       help="time only in place (out=buf: the result overwrites the input); "
+                            "default: out of place and in place, side by side")
     place.add_argument("--outofplace", dest="inplace", action="store_false",
-                       help="the result goes to a separate buffer (default)")
+                       help="time only out of place (the result goes to a separate buffer)")
     p.add_argument("--json", metavar="PATH", help="write metadata and rows as JSON")
     p.add_argument("--csv", metavar="PATH", help="write the rows as CSV")
     p.add_argument("--plot", metavar="PATH", help="plot busbw against size (matplotlib)")
@@ -178,31 +179,38 @@ def run(args: argparse.Namespace) -> int:
     bar = _progress(len(sizes) * len(pairs), comm.rank)
     out = bar.write if bar is not None else print
     real = [s for s in specs if s != NONE]
-    cols = report.columns(max(map(len, specs)) if real else 0)
+    lay = report.layout(places(args.inplace), max(map(len, specs)) if real else 0)
     if rank0:
         out(f"# compcoll bench allreduce: {comm.size} ranks, {dtype.name} {op}, "
-            f"{'in' if args.inplace else 'out of'} place, {args.iters} iters, "
-            f"{args.warmup} warm-up, check {args.check}")
+            f"{args.iters} iters, {args.warmup} warm-up, check {args.check}")
+        out(f"# cost model fitted on this communicator: alpha {cost.alpha * 1e6:.2f} us, "
+            f"beta {cost.beta * 1e9:.4f} ns/B ({1 / cost.beta / 1e9 if cost.beta else 0:.2f} "
+            f"GB/s), gamma {cost.gamma * 1e9:.4f} ns/B; model(us) is its prediction")
+        out(report.LEGEND)
         if real:
             out(f"# compressed rows: Gaussian inputs, {'no ' if args.no_feedback else ''}error "
                 f"feedback, scheme {args.scheme}; algbw/effbusbw count the uncompressed bytes; "
                 f"#wrong = elements differing from rank 0's or not finite")
         if skipped:
             out(f"# skipped (baselines run uncompressed only): {', '.join(skipped)}")
-        out(report.header(cols))
+        for line in report.header(lay):
+            out(line)
     saved, defaults.validate = defaults.validate, False  # no per-call metadata allgather
     try:
         rows = sweep(comm, args, dtype, op, sizes, pairs, cost, bar,
-                      lambda row: out(report.format_row(row, cols)) if rank0 else None)
+                      lambda same: out(report.format_line(same, lay)) if rank0 else None)
     finally:
         defaults.validate = saved
         if bar is not None:
             bar.close()
     bad = [r for r in rows if r["wrong"] or not r["ranks_agree"]]
     if rank0:
+        for line in report.footer(rows):
+            out(line)
         for r in bad:
             what = r["algo"] if r["compressor"] == NONE else f"{r['algo']} with {r['compressor']}"
-            print(f"# FAILED {what} at {r['size']} B: {r['wrong']} wrong element(s)"
+            where = "in place" if r["inplace"] else "out of place"
+            print(f"# FAILED {what} at {r['size']} B {where}: {r['wrong']} wrong element(s)"
                   f"{'' if r['ranks_agree'] else ', ranks hold different results'}",
                   file=sys.stderr)
         argv = without_np(args.argv)  # recorded with the -np that reproduces this run
@@ -220,7 +228,9 @@ def run(args: argparse.Namespace) -> int:
         if args.plot:
             link = meta["link"]
             where = f"{comm.size} hosts, {args.link} links" if link else f"{comm.size} ranks"
-            report.plot(args.plot, rows, f"allreduce {dtype.name} {op}, {where} "
+            shown = [r for r in rows if r["inplace"] == lay.places[0]]  # one placement
+            where += ", in place" if lay.places[0] else ", out of place"
+            report.plot(args.plot, shown, f"allreduce {dtype.name} {op}, {where} "
                                          f"({meta['mpi_library']})",
                         limit_GBps=link["rate_bps"] / 8e9 if link else None)
     return 1 if bad else 0

@@ -4,62 +4,114 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import dataclass
 from typing import Any
 
 Column = tuple[str, str, int, str]  # (row key, header, width, format)
 
-# The JSON and CSV rows carry every key of a row; the table shows these. Times are per call:
-# p50 is the median (``time_us``), p90 and p99 the slower calls.
-COLUMNS: list[Column] = [
+# The JSON and CSV rows carry every key of a row, one row per placement (out of place, in
+# place). The table puts both placements of a (size, algorithm, compressor) on one line, as
+# nccl-tests does: the lead columns, then time, algbw, busbw and #wrong of each placement, then
+# the tail (the first placement's). Times are medians per call (``time_us``); p90 and p99 of
+# the slower calls are in the JSON.
+LEAD: list[Column] = [
     ("size", "size(B)", 11, "{:d}"),
     ("count", "count", 10, "{:d}"),
     ("type", "type", 8, "{}"),
+    ("op", "redop", 5, "{}"),
     ("algo", "algo", 24, "{}"),
-    ("time_us", "p50(us)", 10, "{:.1f}"),
-    ("p90_us", "p90(us)", 10, "{:.1f}"),
-    ("p99_us", "p99(us)", 10, "{:.1f}"),
-    ("algbw_GBps", "algbw(GB/s)", 11, "{:.3f}"),
-    ("busbw_GBps", "busbw(GB/s)", 11, "{:.3f}"),
+]
+HALF: list[Column] = [
+    ("time_us", "time(us)", 10, "{:.1f}"),
+    ("algbw_GBps", "algbw", 7, "{:.3f}"),
+    ("busbw_GBps", "busbw", 7, "{:.3f}"),
+    ("wrong", "#wrong", 6, "{:d}"),
+]
+TAIL: list[Column] = [
     ("ratio_vs_mpi", "vs MPI", 7, "{:.2f}"),
     ("model_us", "model(us)", 10, "{:.1f}"),
-    ("wrong", "#wrong", 7, "{:d}"),
 ]
 # Added when compressors run. Their algbw and busbw count the uncompressed bytes (effective
-# bandwidth, comparable with MPI_Allreduce's); comm(us) is p50 - compress - decompress.
+# bandwidth, comparable with MPI_Allreduce's); comm(us) is the time less compress and
+# decompress.
 COMPRESSED: list[Column] = [
     ("compress_us", "comp(us)", 10, "{:.1f}"),
     ("comm_us", "comm(us)", 10, "{:.1f}"),
     ("decompress_us", "decomp(us)", 10, "{:.1f}"),
     ("rel_error", "rel.err", 9, "{:.2e}"),
 ]
+#: What the two MPI rows are (printed above the table).
+LEGEND = ("# MPI_Allreduce: the MPI library's blocking MPI_Allreduce called directly (the "
+          "baseline of 'vs MPI'); mpi: the same library's MPI_Iallreduce reached through "
+          "compcoll's API (the difference is compcoll's per-call cost)")
 
 
-def columns(compressor_width: int = 0) -> list[Column]:
-    """The table's columns: the dense ones, or with a compressor column this wide, the
+@dataclass(frozen=True)
+class Layout:
+    """The table's columns: lead, one half per placement, tail."""
+
+    lead: list[Column]
+    half: list[Column]
+    tail: list[Column]
+    places: list[bool]  # inplace flag of each half, in order
+
+
+def layout(places: list[bool], compressor_width: int = 0) -> Layout:
+    """The columns for these placements; with a compressor column this wide, also the
     compressed rows' time split and error, and busbw named as the effective busbw."""
     if not compressor_width:
-        return COLUMNS
-    cols = [c if c[0] != "busbw_GBps" else (c[0], "effbusbw(GB/s)", 14, c[3]) for c in COLUMNS]
-    at = [c[0] for c in cols].index("algo") + 1
-    return [*cols[:at], ("compressor", "compressor", max(compressor_width, 10), "{}"),
-            *cols[at:-1], *COMPRESSED, cols[-1]]
+        return Layout(LEAD, HALF, TAIL, places)
+    half = [c if c[0] != "busbw_GBps" else (c[0], "effbusbw", 8, c[3]) for c in HALF]
+    lead = [*LEAD, ("compressor", "compressor", max(compressor_width, 10), "{}")]
+    return Layout(lead, half, [*TAIL, *COMPRESSED], places)
 
 
-def header(cols: list[Column] = COLUMNS) -> str:
-    """The table's header line (GB/s are 1e9 bytes per second, as in nccl-tests)."""
-    names = " ".join(f"{h:>{w}}" for _, h, w, _ in cols)
-    return f"#{names[1:]}"
+def _cells(cols: list[Column]) -> str:
+    return " ".join(f"{h:>{w}}" for _, h, w, _ in cols)
 
 
-def format_row(row: dict[str, Any], cols: list[Column] = COLUMNS) -> str:
-    """One table line; a missing value prints as ``-``."""
-    cells = []
-    for key, _, width, fmt in cols:
-        value = row.get(key)
-        if key == "algo" and row.get("auto_choice"):
-            value = f"auto:{row['auto_choice']}"
-        cells.append(f"{'-' if value is None else fmt.format(value):>{width}}")
+def header(lay: Layout) -> list[str]:
+    """Two header lines: the placements over their halves, then the column names (GB/s are
+    1e9 bytes per second, as in nccl-tests)."""
+    lead, half = _cells(lay.lead), _cells(lay.half)
+    tops = [f"{'in-place' if p else 'out-of-place':^{len(half)}}" for p in lay.places]
+    first = f"#{' ' * (len(lead) - 1)} {' '.join(tops)}".rstrip()
+    names = " ".join([lead, *([half] * len(lay.places)), _cells(lay.tail)])
+    return [first, f"#{names[1:]}"]
+
+
+def _value(row: dict[str, Any], key: str, fmt: str, width: int) -> str:
+    value = row.get(key)
+    if key == "algo" and row.get("auto_choice"):
+        value = f"auto:{row['auto_choice']}"
+    return f"{'-' if value is None else fmt.format(value):>{width}}"
+
+
+def format_line(rows: list[dict[str, Any]], lay: Layout) -> str:
+    """One table line from the rows of one (size, algorithm, compressor), one per placement
+    in ``lay.places`` order; a missing value prints as ``-``."""
+    first = rows[0]
+    cells = [_value(first, k, f, w) for k, _, w, f in lay.lead]
+    for row in rows:
+        cells += [_value(row, k, f, w) for k, _, w, f in lay.half]
+    cells += [_value(first, k, f, w) for k, _, w, f in lay.tail]
     return " ".join(cells)
+
+
+def footer(rows: list[dict[str, Any]]) -> list[str]:
+    """nccl-tests' closing lines: the wrong elements over every row, and the average bus
+    bandwidth over all sizes and placements, per algorithm (and compressor)."""
+    wrong = sum(int(r["wrong"]) for r in rows)
+    bad = sum(1 for r in rows if r["wrong"] or not r["ranks_agree"])
+    per: dict[str, list[float]] = {}
+    for r in rows:
+        key = r["algo"] if r.get("compressor", "none") == "none" else \
+            f"{r['algo']}+{r['compressor']}"
+        per.setdefault(key, []).append(float(r["busbw_GBps"]))
+    lines = [f"# Out of bounds values : {wrong} {'OK' if not bad else 'FAILED'}"]
+    lines += [f"# Avg bus bandwidth    : {sum(v) / len(v):8.3f} GB/s  {k}"
+              for k, v in per.items()]
+    return lines
 
 
 def write_json(path: str, meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:

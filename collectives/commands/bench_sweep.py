@@ -64,30 +64,42 @@ def _compressed(case: CompressedCase, name: str, spec: str, args: argparse.Names
     return row
 
 
+def places(inplace: bool | None) -> list[bool]:
+    """The placements timed: out of place and in place (nccl-tests' two halves of a line),
+    or the one asked for."""
+    return [False, True] if inplace is None else [inplace]
+
+
 def sweep(comm: Any, args: argparse.Namespace, dtype: dtypes.DType, op: str, sizes: list[int],
           pairs: list[tuple[str, str]], cost: costmodel.CostParams, bar: Any,
-          emit: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
-    """Every row, size by size; ``emit`` prints each size's rows once it is complete."""
+          emit: Callable[[list[dict[str, Any]]], None]) -> list[dict[str, Any]]:
+    """Every row, size by size and placement by placement (a row per placement); ``emit``
+    gets each (size, algorithm, compressor)'s rows, one per placement, once the size is
+    done."""
     rows: list[dict[str, Any]] = []
     for size in sizes:
         count = size // dtype.itemsize
-        case = Case(comm, dtype, op, count, args.inplace)
-        packed = None
-        if any(spec != NONE for _, spec in pairs):
-            packed = CompressedCase(comm, dtype, op, count, args.inplace, args.scheme,
-                                    not args.no_feedback)
-        group = []
-        for name, spec in pairs:
-            if spec == NONE:
-                group.append(_dense(case, name, args, cost))
-            else:
-                assert packed is not None
-                group.append(_compressed(packed, name, spec, args, cost))
-            if bar is not None:
-                bar.update()
-        base = group[0]["busbw_GBps"]  # MPI_Allreduce's: the same bytes, so a time ratio
-        for row in group:
-            row["ratio_vs_mpi"] = row["busbw_GBps"] / base if base > 0 else None
-            emit(row)
-        rows.extend(group)
+        halves = []
+        for inplace in places(args.inplace):
+            case = Case(comm, dtype, op, count, inplace)
+            packed = None
+            if any(spec != NONE for _, spec in pairs):
+                packed = CompressedCase(comm, dtype, op, count, inplace, args.scheme,
+                                        not args.no_feedback)
+            group = []
+            for name, spec in pairs:
+                if spec == NONE:
+                    group.append(_dense(case, name, args, cost))
+                else:
+                    assert packed is not None
+                    group.append(_compressed(packed, name, spec, args, cost))
+                if bar is not None:
+                    bar.update()
+            base = group[0]["busbw_GBps"]  # MPI_Allreduce's: the same bytes, a time ratio
+            for row in group:
+                row["ratio_vs_mpi"] = row["busbw_GBps"] / base if base > 0 else None
+            halves.append(group)
+            rows.extend(group)
+        for same in zip(*halves, strict=True):
+            emit(list(same))
     return rows
