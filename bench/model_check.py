@@ -33,7 +33,7 @@ ALGOS = "ring,tree,recursive_doubling,rabenseifner,auto"
 
 
 def compcoll(*args: str) -> str:
-    cmd = [sys.executable, "-m", "collectives", *args]
+    cmd = [sys.executable, "-m", "bench", *args]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True)
     return done.stdout
 

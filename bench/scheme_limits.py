@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from collectives import costmodel, forecast
+from bench import forecast
+from collectives import costmodel
 from collectives.costmodel import CostParams
 
 SPECS = ["fp16", "uniform:bits=8", "uniform:bits=4", "sign", "topk:ratio=0.01",

@@ -4,7 +4,8 @@ Notation (Thakur, Rabenseifner & Gropp 2005; Ben-Nun & Hoefler 2018, arXiv:1802.
 p ranks, n bytes, alpha = latency per message (s), beta = transfer time per byte (s/B),
 gamma = reduction time per byte (s/B), s = pipeline segment (bytes), L = ceil(log2 p),
 p' = largest power of two <= p, and a fold cost F = 2*(alpha + n*beta) + n*gamma when
-p != p' (the extra ranks hand their vector over and get the result back).
+p != p' (the extra ranks hand their vector over and get the result back). Each formula
+is the ``cost`` of its module, registered with the algorithm in ``collectives.algorithms``:
 
     ring                2(p-1)*alpha + 2(p-1)/p * n*beta + (p-1)/p * n*gamma
                         (+ alpha per extra segment of a block: ceil(n/(p*s)) messages a step)
@@ -25,12 +26,12 @@ and "auto" picks the same algorithm everywhere.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from .algorithms import REGISTRY, modeled
 from .config import check_timeout, defaults
 from .dtypes import BY_NAME
 from .ops import combine
@@ -51,45 +52,23 @@ class CostParams:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
 
-def _ceil_log2(p: int) -> int:
-    return max(0, (p - 1).bit_length())
-
-
-def _fold(p: int, n: float, c: CostParams) -> float:
-    pof2 = 1 << (p.bit_length() - 1)
-    return 0.0 if p == pof2 else 2 * (c.alpha + n * c.beta) + n * c.gamma
-
-
 def predict(algorithm: str, p: int, nbytes: int, c: CostParams,
             segment: int | None = None) -> float:
-    """Predicted seconds of one allreduce of ``nbytes`` over ``p`` ranks."""
+    """Predicted seconds of one allreduce of ``nbytes`` over ``p`` ranks (the registered
+    algorithm's ``cost`` formula)."""
     if p <= 1 or nbytes <= 0:
         return 0.0
-    s = float(segment or defaults.segment_bytes)
-    n = float(nbytes)
-    if algorithm == "ring":
-        msgs = max(1, math.ceil(n / p / s))
-        return (2 * (p - 1) * msgs * c.alpha + 2 * (p - 1) / p * n * c.beta
-                + (p - 1) / p * n * c.gamma)
-    if algorithm == "recursive_doubling":
-        lg = p.bit_length() - 1
-        return lg * (c.alpha + n * c.beta + n * c.gamma) + _fold(p, n, c)
-    if algorithm == "rabenseifner":
-        pof2 = 1 << (p.bit_length() - 1)
-        lg = pof2.bit_length() - 1
-        return (2 * lg * c.alpha + 2 * (pof2 - 1) / pof2 * n * c.beta
-                + (pof2 - 1) / pof2 * n * c.gamma + _fold(p, n, c))
-    if algorithm == "tree":
-        L = _ceil_log2(p)
-        k = max(1, math.ceil(n / s))
-        # Bytes are paced by the root: each of the k segments comes in from its L children and
-        # goes out to them again through its one link (the other links fill the pipeline while
-        # the root's is busy). Latency follows the k segments down a chain of depth L.
-        return 2 * (L + k - 1) * c.alpha + 2 * L * n * c.beta + L * n * c.gamma
-    raise ValueError(f"no cost formula for algorithm {algorithm!r}; have: {', '.join(MODELED)}")
+    entry = REGISTRY.get(algorithm)
+    if entry is None or entry.cost is None:
+        raise ValueError(f"no cost formula for algorithm {algorithm!r}; "
+                         f"have: {', '.join(a.name for a in modeled())}")
+    return entry.cost(p, float(nbytes), c, float(segment or defaults.segment_bytes))
 
 
-MODELED = ("ring", "tree", "recursive_doubling", "rabenseifner")
+def __getattr__(name: str) -> tuple[str, ...]:
+    if name == "MODELED":  # the algorithms with a cost formula, read from the live registry
+        return tuple(a.name for a in modeled())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _probe_exchange(comm: Communicator, nbytes: int, reps: int,
@@ -160,11 +139,10 @@ def fit(comm: Communicator, sizes: tuple[int, ...] = (8, 1 << 12, 1 << 16, 4 << 
 def params(comm: Communicator, *, timeout: float | None = None) -> CostParams:
     """The communicator's fitted parameters, probing on first use (collective; ``timeout``
     bounds each wait of the probe)."""
-    cached = getattr(comm, "_cost_params", None)
+    cached = comm.cache.cost_params
     if cached is None:
         check_timeout(timeout)  # before the first message, so no rank starts the probe alone
-        cached = fit(comm, timeout=timeout)
-        comm._cost_params = cached  # type: ignore[attr-defined]
+        cached = comm.cache.cost_params = fit(comm, timeout=timeout)
     return cached
 
 
@@ -172,4 +150,5 @@ def choose(comm: Communicator, nbytes: int, *, timeout: float | None = None) -> 
     """The algorithm with the least predicted time (identical on all ranks); fits the model
     on first use, each wait bounded by ``timeout``."""
     c = params(comm, timeout=timeout)
-    return min(MODELED, key=lambda a: (predict(a, comm.size, nbytes, c), a))
+    return min((a.name for a in modeled()),
+               key=lambda a: (predict(a, comm.size, nbytes, c), a))

@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
+import functools
+from types import ModuleType
+
 import numpy as np
 
 from .dtypes import DType
 
-try:
-    import _compcoll
-except ImportError as _exc:  # keeps `compcoll doctor` able to say what is missing
-    _compcoll = None
-    _IMPORT_ERROR = _exc
 
+@functools.cache
+def kernels() -> ModuleType:
+    """The compiled kernels (``compressors.kernels``), or an ImportError that says how to build
+    them. Imported on first use: ``import collectives`` works without the build, so that
+    ``compcoll doctor`` can say what is missing."""
+    from compressors import kernels as native
 
-def kernels():
-    """The compiled kernels, or an ImportError that says how to build them."""
-    if _compcoll is None:
-        raise ImportError(
-            f"compcoll's C++ extension _compcoll is not built ({_IMPORT_ERROR}); reinstall with "
-            "`pip install -e .` (needs a C++17 compiler and CMake) or run scripts/setup.sh"
-        )
-    return _compcoll
+    return native
+
 
 # Kernel codes of the C++ reduce_into. "avg" is a sum followed by a division (see finish()).
 _KERNEL_CODE = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 0}
@@ -49,7 +47,7 @@ def combine(dst: np.ndarray, src: np.ndarray, dtype: DType, op: str) -> None:
 
 def sum_squares(buf: np.ndarray, dtype: DType) -> float:
     """Sum of squares of a flat float buffer (raw storage: bf16 as uint16), in double."""
-    return float(kernels().sum_squares(buf, dtype.code)) if buf.size else 0.0
+    return kernels().sum_squares(buf, dtype.code) if buf.size else 0.0
 
 
 def prescale(buf: np.ndarray, dtype: DType, op: str, size: int) -> None:

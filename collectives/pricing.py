@@ -19,15 +19,30 @@ input) to the communication of its payload of B bytes (for n elements of V bytes
                              decodes the gathered n
     allgather                (p-1) alpha + (p-1) B beta + p decodes of n + (p-1) nV gamma
     sparse                   the sparse allreduce of the payload's k entries
+
+Each formula is the ``price`` of its registry entry, beside the code it prices: sparse
+allreduces in ``collectives.sparse.ALGORITHMS``, compressed schemes in
+``collectives.compressed.SCHEMES``, dense algorithms in ``collectives.algorithms``. The
+functions here look the entry up by name.
 """
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 
-from .costmodel import MODELED, CostParams, predict
+from .algorithms import modeled
+from .costmodel import CostParams, predict
 
-SPARSE_MODELED = ("ssar_recursive_doubling", "ssar_split_allgather", "dsar")
+# The registries (``sparse``, ``compressed``) import this module for its helpers, so they are
+# imported where a price is looked up, not here.
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    if name == "SPARSE_MODELED":  # the exact sparse allreduces, from the live registry
+        from .sparse import modeled as sparse_modeled
+
+        return sparse_modeled()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def sparse_dense_threshold(index_bytes: int, value_bytes: int) -> float:
@@ -43,25 +58,39 @@ def predict_sparse(algorithm: str, p: int, n: int, k: int, c: CostParams,
     """Predicted seconds of a sparse allreduce (see the module doc)."""
     if p <= 1:
         return 0.0
-    e = index_bytes + value_bytes
-    union = min(n, p * k)
-    if algorithm == "ssar_recursive_doubling":
-        rounds = max(1, math.ceil(math.log2(p)))
-        return sum(c.alpha + min((1 << i) * k, n) * e * c.beta for i in range(rounds))
-    if algorithm in ("ssar_split_allgather", "dsar"):
-        gather = union * e if algorithm == "ssar_split_allgather" else min(union * e,
-                                                                          n * value_bytes)
-        return 2 * (p - 1) * c.alpha + (p - 1) / p * (k * e + gather) * c.beta
-    if algorithm == "gtopk":
-        return 3 * (p - 1) * c.alpha + (p - 1) / p * (2 * k + p * k) * e * c.beta
-    raise ValueError(f"no price for sparse algorithm {algorithm!r}")
+    from .sparse import ALGORITHMS
+
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"no price for sparse algorithm {algorithm!r}")
+    return ALGORITHMS[algorithm].price(p, n, k, c, index_bytes, value_bytes)
 
 
 def best_dense(p: int, nbytes: int, c: CostParams, segment: int | None = None
                ) -> tuple[str, float]:
     """The fastest dense algorithm for nbytes and its predicted time."""
-    t, name = min((predict(a, p, nbytes, c, segment), a) for a in MODELED)
+    t, name = min((predict(a.name, p, nbytes, c, segment), a.name) for a in modeled())
     return name, t
+
+
+@dataclass(frozen=True)
+class SchemeLoad:
+    """What one compressed allreduce moves and codes, as its scheme's price reads it: p > 1
+    ranks, ``numel`` elements of ``value_bytes``, a payload of ``payload_bytes`` per rank
+    (``sparse_k`` entries for a sparse one), ``encode_s`` and ``decode_s`` seconds to encode
+    and decode the whole input once, and the dense algorithms' pipeline ``segment``."""
+
+    p: int
+    numel: int
+    value_bytes: int
+    payload_bytes: int
+    encode_s: float
+    decode_s: float
+    sparse_k: int = 0
+    segment: int | None = None
+
+    @property
+    def n_bytes(self) -> int:
+        return self.numel * self.value_bytes
 
 
 def scheme_costs(scheme: str, p: int, numel: int, value_bytes: int, payload_bytes: int,
@@ -74,18 +103,12 @@ def scheme_costs(scheme: str, p: int, numel: int, value_bytes: int, payload_byte
     decomp = decompress_s_per_byte * n_bytes
     if p <= 1:
         return 0.0, comp + decomp
-    if scheme == "dense":
-        return best_dense(p, payload_bytes, c, segment)[1], comp + decomp
-    if scheme == "reduce_scatter_allgather":
-        return (2 * (p - 1) * c.alpha + 2 * (p - 1) / p * payload_bytes * c.beta,
-                comp + comp / p + 2 * decomp + (p - 1) / p * n_bytes * c.gamma)
-    if scheme == "allgather":
-        return ((p - 1) * (c.alpha + payload_bytes * c.beta),
-                comp + p * decomp + (p - 1) * n_bytes * c.gamma)
-    if scheme == "sparse":
-        return (min(predict_sparse(a, p, numel, sparse_k, c, 4, value_bytes)
-                    for a in SPARSE_MODELED), comp + decomp)
-    raise ValueError(f"no price for scheme {scheme!r}")
+    from .compressed import SCHEMES
+
+    if scheme not in SCHEMES:
+        raise ValueError(f"no price for scheme {scheme!r}")
+    load = SchemeLoad(p, numel, value_bytes, payload_bytes, comp, decomp, sparse_k, segment)
+    return SCHEMES[scheme].price(load, c)
 
 
 def predict_scheme(scheme: str, p: int, numel: int, value_bytes: int, payload_bytes: int,
@@ -98,7 +121,8 @@ def predict_scheme(scheme: str, p: int, numel: int, value_bytes: int, payload_by
 
 def predicted_bytes(scheme: str, p: int, payload_bytes: int, entries: int = 0,
                     entry_bytes: int = 8) -> float:
-    """Bytes one rank sends in a compressed allreduce (metadata left out).
+    """Bytes one rank sends in a compressed allreduce (metadata left out): the scheme's
+    ``wire_bytes``.
 
     dense: ring/Rabenseifner move 2(p-1)/p of the payload; reduce_scatter_allgather the same;
     allgather (ring): (p-1) payloads; sparse split-allgather: (p-1)/p of its own entries
@@ -106,10 +130,8 @@ def predicted_bytes(scheme: str, p: int, payload_bytes: int, entries: int = 0,
     """
     if p <= 1:
         return 0.0
-    if scheme in ("dense", "reduce_scatter_allgather"):
-        return 2 * (p - 1) / p * payload_bytes
-    if scheme == "allgather":
-        return (p - 1) * payload_bytes
-    if scheme == "sparse":
-        return (p - 1) / p * entries * entry_bytes * (1 + p)
-    raise ValueError(f"no byte count for scheme {scheme!r}")
+    from .compressed import SCHEMES
+
+    if scheme not in SCHEMES:
+        raise ValueError(f"no byte count for scheme {scheme!r}")
+    return SCHEMES[scheme].wire_bytes(p, payload_bytes, entries, entry_bytes)

@@ -8,8 +8,7 @@ from typing import Any
 
 import numpy as np
 
-import _compcoll
-
+from . import kernels
 from .errors import PayloadError
 
 CHECKSUM_NBYTES = 4
@@ -17,7 +16,7 @@ CHECKSUM_NBYTES = 4
 
 def checksum(data: Any) -> int:
     """CRC-32C of the bytes (any buffer), in C++: the crc32 instruction where the CPU has it."""
-    return int(_compcoll.crc32c(np.frombuffer(data, np.uint8), 0))
+    return kernels.crc32c(np.frombuffer(data, np.uint8), 0)
 
 
 def str8(s: str) -> bytes:

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from . import kernels
+
 __all__ = ["FLOAT_DTYPES", "ArrayInfo", "from_f32", "from_host", "storage_dtype", "to_f32",
            "to_host"]
 
@@ -137,8 +139,6 @@ def to_f32(flat: np.ndarray, dtype: str) -> np.ndarray:
 def from_f32(x32: np.ndarray, dtype: str, out: np.ndarray) -> None:
     """Round a float32 array into out's storage dtype (nearest even; NaN stays NaN)."""
     if dtype == "bfloat16":
-        import _compcoll
-
-        _compcoll.float_to_half(np.ascontiguousarray(x32), out, 1)
+        kernels.float_to_half(np.ascontiguousarray(x32), out, 1)
     elif out is not x32:
         out[...] = x32

@@ -11,8 +11,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-import _compcoll
-
+from . import kernels
 from ._util import numel_of
 from .arrays import from_f32, to_f32
 from .base import Capabilities, Compressor, Layout, register
@@ -41,7 +40,7 @@ class _HalfCast(Compressor):
             bufs["values"][...] = flat  # float64 goes straight to fp16: one rounding, not two
         elif self.wire == "float16":
             # the C++ cast (nearest even, NaN kept) is several times faster than numpy's
-            _compcoll.float_to_half(to_f32(flat, dtype), bufs["values"].view(np.uint16), 0)
+            kernels.float_to_half(to_f32(flat, dtype), bufs["values"].view(np.uint16), 0)
         else:
             from_f32(to_f32(flat, dtype), "bfloat16", bufs["values"])
 
@@ -50,7 +49,7 @@ class _HalfCast(Compressor):
         if payload.dtype == self.wire:
             out[...] = vals
         elif out.dtype == np.float32 and out.flags.c_contiguous:
-            _compcoll.half_to_float(vals.view(np.uint16), out, 0 if self.wire == "float16" else 1)
+            kernels.half_to_float(vals.view(np.uint16), out, 0 if self.wire == "float16" else 1)
         else:
             from_f32(to_f32(vals, self.wire), payload.dtype, out)
 

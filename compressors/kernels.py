@@ -1,16 +1,29 @@
-"""Thin typed wrappers over the C++ kernels in ``_compcoll`` (float32, host memory)."""
+"""Thin typed wrappers over the C++ kernels in ``_compcoll`` (host memory).
+
+The only module that imports the extension: compressors and collectives reach the kernels
+through these functions.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-import _compcoll
+from . import _openmp  # noqa: F401  (sets OpenMP's wait policy before the runtime loads)
 
-__all__ = ["OPENMP", "dequantize", "gather", "qsgd_decode", "qsgd_encode", "quantize",
-           "quantize_feedback", "scatter", "scatter_dense", "select_above",
-           "select_above_feedback", "sign_pack", "sign_unpack",
-           "terngrad_decode", "terngrad_encode",
-           "set_num_threads", "topk_feedback", "topk_indices", "topk_sampled_indices"]
+try:
+    import _compcoll
+except ImportError as exc:
+    raise ImportError(
+        f"compcoll's C++ extension _compcoll is not built ({exc}); reinstall with "
+        "`pip install -e .` (needs a C++17 compiler and CMake) or run scripts/setup.sh"
+    ) from exc
+
+__all__ = ["OPENMP", "crc32c", "dequantize", "float_to_half", "gather", "half_to_float",
+           "merge_dense", "merge_sorted", "qsgd_decode", "qsgd_encode", "quantize",
+           "quantize_feedback", "reduce_into", "scale", "scatter", "scatter_dense",
+           "select_above", "select_above_feedback", "set_num_threads", "sign_pack",
+           "sign_unpack", "sum_squares", "terngrad_decode", "terngrad_encode", "topk_feedback",
+           "topk_indices", "topk_sampled_indices"]
 
 #: Whether the kernels were built with OpenMP (else every kernel runs on one thread).
 OPENMP: bool = bool(_compcoll.openmp)
@@ -101,6 +114,50 @@ def select_above_feedback(x: np.ndarray, residual: np.ndarray,
                           tau: float) -> tuple[np.ndarray, np.ndarray]:
     """``topk_feedback`` for ``select_above(residual, tau)``."""
     return _compcoll.select_above_feedback(x, residual, tau)
+
+
+def reduce_into(dst: np.ndarray, src: np.ndarray, dtype: int, op: int) -> None:
+    """dst = dst (op) src elementwise (dtype and op: the kernels' codes); fp16/bf16 are
+    combined in fp32 and rounded once."""
+    _compcoll.reduce_into(dst, src, dtype, op)
+
+
+def scale(x: np.ndarray, dtype: int, factor: float) -> None:
+    """x *= factor in place (fp32 arithmetic for fp16/bf16)."""
+    _compcoll.scale(x, dtype, factor)
+
+
+def sum_squares(x: np.ndarray, dtype: int) -> float:
+    """Sum of x*x over a contiguous array, accumulated in double."""
+    return float(_compcoll.sum_squares(x, dtype))
+
+
+def float_to_half(src: np.ndarray, dst: np.ndarray, dtype: int) -> None:
+    """Round float32 into fp16 (dtype 0) or bf16 (dtype 1) bit patterns, nearest even."""
+    _compcoll.float_to_half(src, dst, dtype)
+
+
+def half_to_float(src: np.ndarray, dst: np.ndarray, dtype: int) -> None:
+    """Widen fp16 (dtype 0) or bf16 (dtype 1) bit patterns to float32."""
+    _compcoll.half_to_float(src, dst, dtype)
+
+
+def crc32c(data: np.ndarray, crc: int = 0) -> int:
+    """CRC-32C of a uint8 array's bytes, continuing from ``crc``."""
+    return int(_compcoll.crc32c(data, crc))
+
+
+def merge_sorted(ia: np.ndarray, va: np.ndarray, ib: np.ndarray, vb: np.ndarray,
+                 io: np.ndarray, vo: np.ndarray) -> int:
+    """Union of two ascending sparse sets into (io, vo), values of a shared index summed;
+    returns the length of the union."""
+    return int(_compcoll.merge_sorted(ia, va, ib, vb, io, vo))
+
+
+def merge_dense(out: np.ndarray, idx: list[np.ndarray], vals: list[np.ndarray]) -> None:
+    """out = the dense form of the union of sorted sets, shared indices summed in list
+    order (int64 indices; float32/float64 values of out's dtype)."""
+    _compcoll.merge_dense(out, idx, vals)
 
 
 def _aligned(a: np.ndarray) -> np.ndarray:

@@ -10,32 +10,20 @@ excluded from the norm and sent exactly in a side list; zero buckets decode to z
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from . import kernels
-from ._util import (
-    check_bucket,
-    check_nonfinite,
-    check_range,
-    decode_dense,
-    nonfinite_layout,
-    numel_of,
-    split_nonfinite,
-)
-from .arrays import storage_dtype, to_f32
-from .base import Capabilities, Compressor, Layout, register
-from .payload import Payload
+from ._util import check_range
+from .base import register
+from .bucketed import Bucketed, Buffers
 
 __all__ = ["QSGD"]
-
-F32 = np.dtype(np.float32)
 
 
 @register("qsgd")
 @dataclass(frozen=True)
-class QSGD(Compressor):
+class QSGD(Bucketed):
     """Unbiased stochastic quantization to ``levels`` magnitudes per sign, scaled by the norm.
 
     Example::
@@ -52,35 +40,23 @@ class QSGD(Compressor):
     bucket_size: int = 512
     seed: int = 0
 
+    codes_key = "codes"
+    bucket_keys = ("norms",)
+
     def __post_init__(self) -> None:
         check_range(self, "levels", 1, 32767, integer=True)
-        check_bucket(self)
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return Capabilities(summable=False, sparse=False, same_size_on_all_ranks=True,
-                            needs_shared_seed=False)
+        super().__post_init__()
 
     @property
     def code_dtype(self) -> np.dtype:
         return np.dtype(np.int8) if self.levels <= 127 else np.dtype(np.int16)
 
-    def layout(self, shape: tuple[int, ...], dtype: str) -> Layout:
-        n = numel_of(shape)
-        lay: Layout = {"codes": (self.code_dtype, n), "norms": (F32, -(-n // self.bucket_size))}
-        return nonfinite_layout(lay, storage_dtype(dtype))
+    def _codes_layout(self, n: int) -> tuple[np.dtype, int]:
+        return self.code_dtype, n
 
-    def _encode(self, flat: np.ndarray, dtype: str, seed: int, bufs: dict[str, np.ndarray],
-                **where: Any) -> None:
-        x32 = to_f32(flat, dtype)
-        bad = kernels.qsgd_encode(x32, bufs["codes"], bufs["norms"], self.bucket_size,
-                                  self.levels, seed)
-        split_nonfinite(x32, flat, bad, bufs)
+    def _quantize(self, x32: np.ndarray, bufs: Buffers, seed: int) -> int:
+        return kernels.qsgd_encode(x32, bufs["codes"], bufs["norms"], self.bucket_size,
+                                   self.levels, seed)
 
-    def _decode(self, payload: Payload, out: np.ndarray) -> None:
-        b = payload.buffers
-        decode_dense(payload, out, lambda x32: kernels.qsgd_decode(
-            b["codes"], b["norms"], x32, self.bucket_size, self.levels))
-
-    def _check(self, payload: Payload) -> None:
-        check_nonfinite(payload)
+    def _dequantize(self, bufs: Buffers, out: np.ndarray) -> None:
+        kernels.qsgd_decode(bufs["codes"], bufs["norms"], out, self.bucket_size, self.levels)

@@ -10,31 +10,19 @@ are left out of the scale and sent exactly in a side list that is empty for fini
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from . import kernels
-from ._util import (
-    check_bucket,
-    check_nonfinite,
-    decode_dense,
-    nonfinite_layout,
-    numel_of,
-    split_nonfinite,
-)
-from .arrays import storage_dtype, to_f32
-from .base import Capabilities, Compressor, Layout, register
-from .payload import Payload
+from .base import register
+from .bucketed import U8, Bucketed, Buffers
 
 __all__ = ["Sign"]
-
-F32 = np.dtype(np.float32)
 
 
 @register("sign")
 @dataclass(frozen=True)
-class Sign(Compressor):
+class Sign(Bucketed):
     """1-bit sign with a per-bucket mean-|x| scale.
 
     Example::
@@ -49,30 +37,14 @@ class Sign(Compressor):
 
     bucket_size: int = 2048
 
-    def __post_init__(self) -> None:
-        check_bucket(self)
+    codes_key = "bits"
+    bucket_keys = ("scales",)
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return Capabilities(summable=False, sparse=False, same_size_on_all_ranks=True,
-                            needs_shared_seed=False)
+    def _codes_layout(self, n: int) -> tuple[np.dtype, int]:
+        return U8, -(-n // 8)
 
-    def layout(self, shape: tuple[int, ...], dtype: str) -> Layout:
-        n = numel_of(shape)
-        lay: Layout = {"bits": (np.dtype(np.uint8), -(-n // 8)),
-                       "scales": (F32, -(-n // self.bucket_size))}
-        return nonfinite_layout(lay, storage_dtype(dtype))
+    def _quantize(self, x32: np.ndarray, bufs: Buffers, seed: int) -> int:
+        return kernels.sign_pack(x32, bufs["bits"], bufs["scales"], self.bucket_size)
 
-    def _encode(self, flat: np.ndarray, dtype: str, seed: int, bufs: dict[str, np.ndarray],
-                **where: Any) -> None:
-        x32 = to_f32(flat, dtype)
-        bad = kernels.sign_pack(x32, bufs["bits"], bufs["scales"], self.bucket_size)
-        split_nonfinite(x32, flat, bad, bufs)
-
-    def _decode(self, payload: Payload, out: np.ndarray) -> None:
-        b = payload.buffers
-        decode_dense(payload, out,
-                     lambda x32: kernels.sign_unpack(b["bits"], b["scales"], x32, self.bucket_size))
-
-    def _check(self, payload: Payload) -> None:
-        check_nonfinite(payload)
+    def _dequantize(self, bufs: Buffers, out: np.ndarray) -> None:
+        kernels.sign_unpack(bufs["bits"], bufs["scales"], out, self.bucket_size)

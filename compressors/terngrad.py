@@ -9,31 +9,19 @@ NaN/Inf are excluded from s and sent exactly in a side list; zero buckets decode
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from . import kernels
-from ._util import (
-    check_bucket,
-    check_nonfinite,
-    decode_dense,
-    nonfinite_layout,
-    numel_of,
-    split_nonfinite,
-)
-from .arrays import storage_dtype, to_f32
-from .base import Capabilities, Compressor, Layout, register
-from .payload import Payload
+from .base import register
+from .bucketed import U8, Bucketed, Buffers
 
 __all__ = ["TernGrad"]
-
-F32 = np.dtype(np.float32)
 
 
 @register("terngrad")
 @dataclass(frozen=True)
-class TernGrad(Compressor):
+class TernGrad(Bucketed):
     """Unbiased ternary quantization with a per-bucket max-magnitude scale.
 
     Example::
@@ -49,30 +37,15 @@ class TernGrad(Compressor):
     bucket_size: int = 2048
     seed: int = 0
 
-    def __post_init__(self) -> None:
-        check_bucket(self)
+    codes_key = "codes"
+    bucket_keys = ("scales",)
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return Capabilities(summable=False, sparse=False, same_size_on_all_ranks=True,
-                            needs_shared_seed=False)
+    def _codes_layout(self, n: int) -> tuple[np.dtype, int]:
+        return U8, -(-n // 4)
 
-    def layout(self, shape: tuple[int, ...], dtype: str) -> Layout:
-        n = numel_of(shape)
-        lay: Layout = {"codes": (np.dtype(np.uint8), -(-n // 4)),
-                       "scales": (F32, -(-n // self.bucket_size))}
-        return nonfinite_layout(lay, storage_dtype(dtype))
+    def _quantize(self, x32: np.ndarray, bufs: Buffers, seed: int) -> int:
+        return kernels.terngrad_encode(x32, bufs["codes"], bufs["scales"], self.bucket_size,
+                                       seed)
 
-    def _encode(self, flat: np.ndarray, dtype: str, seed: int, bufs: dict[str, np.ndarray],
-                **where: Any) -> None:
-        x32 = to_f32(flat, dtype)
-        bad = kernels.terngrad_encode(x32, bufs["codes"], bufs["scales"], self.bucket_size, seed)
-        split_nonfinite(x32, flat, bad, bufs)
-
-    def _decode(self, payload: Payload, out: np.ndarray) -> None:
-        b = payload.buffers
-        decode_dense(payload, out, lambda x32: kernels.terngrad_decode(
-            b["codes"], b["scales"], x32, self.bucket_size))
-
-    def _check(self, payload: Payload) -> None:
-        check_nonfinite(payload)
+    def _dequantize(self, bufs: Buffers, out: np.ndarray) -> None:
+        kernels.terngrad_decode(bufs["codes"], bufs["scales"], out, self.bucket_size)

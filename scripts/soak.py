@@ -29,11 +29,12 @@ import torch
 from mpi4py import MPI
 
 import collectives
+from collectives.algorithms import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 WORLD = MPI.COMM_WORLD
 P, R = WORLD.size, WORLD.rank
-ALGORITHMS = ["ring", "tree", "recursive_doubling", "rabenseifner", "mpi", "auto"]
+ALGORITHMS = [*(a.name for a in REGISTRY.values() if a.ours), "mpi", "auto"]
 SIZES = [0, 1, 2, 3, 5, 7, 13, 31, 97, 251, 1021, 4099, 65537, 262147, 1048583]
 WEIGHTS = np.array([4, 4, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1.5, 0.5, 0.15])
 DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8"]

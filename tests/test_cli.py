@@ -11,16 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from collectives.algorithms import REGISTRY
+from tests.mpirun import passed, run
+
 COLUMNS = {"size", "count", "type", "algo", "time_us", "p50_us", "p90_us", "p99_us",
            "algbw_GBps", "busbw_GBps", "ratio_vs_mpi", "model_us", "wrong", "ranks_agree"}
-ALGOS = ["MPI_Allreduce", "ring", "tree", "recursive_doubling", "rabenseifner", "auto", "mpi"]
+ALGOS = ["MPI_Allreduce", *(a.name for a in REGISTRY.values() if a.ours), "auto", "mpi"]
 SMALL = ["-n", "2", "-w", "1"]
 
 
 def refused(*argv: str, capsys: pytest.CaptureFixture[str]) -> str:
     """Run ``compcoll argv`` in this process; it must refuse with exit code 2 and one line
     ``compcoll: error: ...`` (returned), no traceback."""
-    from collectives.cli import main
+    from bench.cli import main
 
     capsys.readouterr()
     try:
@@ -36,11 +39,11 @@ def refused(*argv: str, capsys: pytest.CaptureFixture[str]) -> str:
 
 def compcoll(*args: str, env: dict[str, str] | None = None, timeout: float = 40
              ) -> subprocess.CompletedProcess:
-    """Run ``python -m collectives args`` in its own process group, killed whole on timeout."""
+    """Run ``python -m bench args`` in its own process group, killed whole on timeout."""
     environ = {k: v for k, v in os.environ.items()
                if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "COMPCOLL_BENCH_"))}
     environ.update(env or {})
-    proc = subprocess.Popen([sys.executable, "-m", "collectives", *args], env=environ,
+    proc = subprocess.Popen([sys.executable, "-m", "bench", *args], env=environ,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -118,7 +121,7 @@ def test_doctor_reports_mpich() -> None:
 
 def test_doctor_reports_a_missing_extension_with_the_fix() -> None:
     code = ("import sys; sys.modules['_compcoll'] = None\n"  # as if the build had failed
-            "from collectives.cli import main; sys.exit(main(['doctor']))")
+            "from bench.cli import main; sys.exit(main(['doctor']))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60)
     assert res.returncode != 0
@@ -126,7 +129,7 @@ def test_doctor_reports_a_missing_extension_with_the_fix() -> None:
 
 
 def test_size_parsing_and_sweep() -> None:
-    from collectives.commands.benchlib import bus_bandwidth, parse_size, size_sweep
+    from bench.commands.benchlib import bus_bandwidth, parse_size, size_sweep
 
     assert [parse_size(s) for s in ("1024", "1K", "64M", "1G", "8kb")] == [
         1024, 1 << 10, 64 << 20, 1 << 30, 8 << 10]
@@ -135,6 +138,12 @@ def test_size_parsing_and_sweep() -> None:
     assert bus_bandwidth(3.0, 4) == pytest.approx(4.5)
     with pytest.raises(ValueError, match="factor"):
         size_sweep(1, 8, 1)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_every_benchmarked_collective_runs_and_its_check_holds(np_: int) -> None:
+    passed(run("bench_table.py", np_, timeout=200), "bench table")
 
 
 def test_unknown_algorithm_is_refused() -> None:
@@ -274,8 +283,8 @@ def test_argument_errors_are_one_line_and_exit_2(argv: list[str], words: str, ca
 
 
 def test_output_paths_are_checked_before_the_run(tmp_path: Path, capsys) -> None:
-    from collectives.cli import UsageError
-    from collectives.commands.checks import output_path
+    from bench.cli import UsageError
+    from bench.commands.checks import output_path
 
     output_path(str(tmp_path / "new.json"), "--json")  # a new file in a writable directory
     output_path("-", "--json", stdout=True)
@@ -310,7 +319,7 @@ def test_version_names_the_installed_distribution(capsys: pytest.CaptureFixture[
     from importlib import metadata
 
     import collectives
-    from collectives.cli import main
+    from bench.cli import main
 
     with pytest.raises(SystemExit) as exc:
         main(["--version"])

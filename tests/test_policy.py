@@ -10,6 +10,7 @@ import pytest
 
 from collectives.costmodel import CostParams
 from collectives.policy import AutoPolicy, Layer, Rules, Table, as_policy, canonical, solve
+from collectives.transport import CommCache
 
 SLOW = CostParams(alpha=5e-5, beta=8e-9, gamma=1e-10)  # ~1 Gbit/s
 
@@ -17,7 +18,10 @@ SLOW = CostParams(alpha=5e-5, beta=8e-9, gamma=1e-10)  # ~1 Gbit/s
 class Ranks:
     """Four ranks that measured the same: enough for the policy's combine step."""
 
-    size, rank, engine, _cost_params = 4, 0, "mpi", SLOW
+    size, rank, engine = 4, 0, "mpi"
+
+    def __init__(self) -> None:
+        self.cache = CommCache(cost_params=SLOW)
 
     def allgather_ints(self, values, collective="", timeout=None):
         return np.tile(np.asarray(values).reshape(1, -1), (self.size, 1))
@@ -265,7 +269,7 @@ def test_measured_latency_is_kept_and_survives_a_state_dict(monkeypatch) -> None
     monkeypatch.setattr(auto.latencies, "one_round", one_round)
     rounds = ["torch"] * (auto.latencies.REPEATS + 1)
     comm = Ranks()
-    comm._cost_params = SLOW  # the fitted model of this "machine"
+    comm.cache.cost_params = SLOW  # the fitted model of this "machine"
     policy = AutoPolicy(max_error=0.3, first=0, probe_steps=1, every=3)
     policy.update(comm, 0, plain="torch")
     _bucket_of_biases(policy, range(1))
@@ -319,7 +323,7 @@ def _noisy_run(seed: int, monkeypatch) -> AutoPolicy:
     for module, attr in ((profile, "time"), (latency, "time"), (latency, "api")):
         monkeypatch.setattr(module, attr, clock)
     comm = Ranks()
-    comm._cost_params, comm.engine = FAST, "mpi"
+    comm.cache.cost_params, comm.engine = FAST, "mpi"
     policy = AutoPolicy(max_error=0.3, first=0, probe_steps=2, every=2, min_numel=0)
     rng = np.random.default_rng(0)  # the same gradients in every run: only timing differs
     for step in range(6):  # decides at step 2 and again at step 4 (every 2)

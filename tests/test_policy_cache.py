@@ -11,6 +11,7 @@ import pytest
 from collectives.costmodel import CostParams
 from collectives.policy import AutoPolicy, Layer, auto, cache, profile
 from collectives.policy.decide import weights
+from collectives.transport import CommCache
 from tests.mpirun import run
 from tests.test_mpi import _passed
 
@@ -24,7 +25,7 @@ class Ranks:
     engine = "mpi"
 
     def __init__(self, size: int = 4) -> None:
-        self.size, self.rank, self._cost_params = size, 0, SLOW
+        self.size, self.rank, self.cache = size, 0, CommCache(cost_params=SLOW)
 
     def allgather_ints(self, values, collective="", timeout=None):
         return np.tile(np.asarray(values).reshape(1, -1), (self.size, 1))
@@ -199,7 +200,7 @@ def test_the_cache_keeps_the_fitted_cost_model(tmp_path) -> None:
     first = policy(tmp_path, cost=None)
     drive(first, Ranks(), range(6), model())
     again = Ranks()
-    again._cost_params = CostParams(alpha=6e-5, beta=1.1e-8, gamma=1e-10)  # the same decade
+    again.cache.cost_params = CostParams(alpha=6e-5, beta=1.1e-8, gamma=1e-10)  # the same decade
     second = policy(tmp_path, cost=None)
     assert drive(second, again, range(6), model()) == []
     assert second.cached and second.fitted == first.fitted == SLOW
@@ -219,7 +220,7 @@ def test_the_cache_is_not_used_for_another_layout_world_size_or_link(tmp_path, c
     elif change == "world":
         comm = Ranks(size=3)
     elif change == "link":
-        comm._cost_params = CostParams(alpha=5e-6, beta=8e-11, gamma=1e-10)  # 100 Gbit/s
+        comm.cache.cost_params = CostParams(alpha=5e-6, beta=8e-11, gamma=1e-10)  # 100 Gbit/s
     else:
         kw = {"candidates": ("none", "fp16")}
     pol = policy(tmp_path, **kw)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import collectives
 from collectives import buffers, costmodel, dtypes, ops
-from collectives.algorithms import common, tree
+from collectives.algorithms import REGISTRY, common, names, tree
 from collectives.errors import CollectiveTimeout
 from collectives.transport.base import Request, wait_all
 
@@ -53,6 +53,44 @@ def test_cost_model_formulas_and_choice() -> None:
         costmodel.CostParams(-1.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="no cost formula"):
         costmodel.predict("mpi", 4, 10, c)
+
+
+def test_registries_hold_every_entry() -> None:
+    """The one place that names every entry: a lost registration fails here, and every other
+    test, the matrix and the benchmarks iterate the registries themselves."""
+    from collectives import pricing
+    from collectives.compressed import SCHEMES
+    from collectives.sparse import ALGORITHMS, PARTS
+
+    dense = ["ring", "tree", "recursive_doubling", "rabenseifner"]
+    sparse = ["ssar_recursive_doubling", "ssar_split_allgather", "dsar"]
+    assert {"algorithms": names(), "modeled": list(costmodel.MODELED),
+            "sparse": list(ALGORITHMS), "sparse exact": list(pricing.SPARSE_MODELED),
+            "sparse parts": list(PARTS), "schemes": list(SCHEMES)} == {
+        "algorithms": [*dense, "mpi", "torch"], "modeled": dense, "sparse": [*sparse, "gtopk"],
+        "sparse exact": sparse, "sparse parts": sparse,
+        "schemes": ["dense", "reduce_scatter_allgather", "allgather", "sparse"]}
+
+
+@pytest.mark.parametrize("entry", REGISTRY.values(), ids=names())
+def test_every_algorithm_entry_prices_itself_or_says_it_cannot(entry) -> None:
+    c = costmodel.CostParams(alpha=10e-6, beta=1e-9, gamma=0.2e-9)
+    if not entry.ours:  # the engines' own: no formula, "auto" never picks them
+        assert entry.cost is None and entry.wire_bytes is None
+        assert entry.name not in costmodel.MODELED
+        with pytest.raises(ValueError, match="no cost formula"):
+            costmodel.predict(entry.name, 4, 10, c)
+        return
+    assert entry.name in costmodel.MODELED
+    assert costmodel.predict(entry.name, 1, 1 << 20, c) == 0.0 == entry.wire_bytes(1, 1 << 20)
+    for p in (2, 3, 4, 5, 8, 13):
+        times = [costmodel.predict(entry.name, p, n, c) for n in (0, 64, 4096, 1 << 20, 64 << 20)]
+        sent = [entry.wire_bytes(p, n) for n in (0, 64, 4096, 1 << 20, 64 << 20)]
+        assert times[0] == 0.0 and times == sorted(times) and times[1] > 0, times
+        assert sent[0] == 0 and sent == sorted(sent) and sent[1] >= 64 * (p - 1) / p, sent
+    # An algorithm moves at least what a bandwidth-optimal one does: 2(p-1)/p n.
+    assert all(entry.wire_bytes(p, 1 << 20) >= 2 * (p - 1) / p * (1 << 20) - 1e-6
+               for p in range(2, 33))
 
 
 def test_cost_fit_takes_bandwidth_from_the_largest_probes(monkeypatch) -> None:

@@ -10,8 +10,13 @@ rank only and then copied, so all ranks end with identical bits.
 
 from __future__ import annotations
 
-from .common import Job, Steps, partition
-from .recursive_doubling import folded, real_rank
+from typing import TYPE_CHECKING
+
+from .common import Job, Steps, partition, pof2_below
+from .recursive_doubling import fold_bytes, fold_cost, folded, real_rank
+
+if TYPE_CHECKING:
+    from ..costmodel import CostParams
 
 
 def allreduce(job: Job) -> Steps:
@@ -57,3 +62,17 @@ def allreduce(job: Job) -> Steps:
             dist *= 2
 
     yield from folded(job, body)
+
+
+def cost(p: int, n: float, c: CostParams, s: float) -> float:
+    """2 log2(p') alpha + 2(p'-1)/p' n beta + (p'-1)/p' n gamma + F."""
+    pof2 = 1 << (p.bit_length() - 1)
+    lg = pof2.bit_length() - 1
+    return (2 * lg * c.alpha + 2 * (pof2 - 1) / pof2 * n * c.beta
+            + (pof2 - 1) / pof2 * n * c.gamma + fold_cost(p, n, c))
+
+
+def wire_bytes(p: int, nbytes: int) -> float:
+    """Halves down, then up again: 2(p'-1)/p' n, plus the folded neighbour's result n."""
+    pof2 = pof2_below(p)
+    return 2 * (pof2 - 1) / pof2 * nbytes + fold_bytes(p, nbytes)

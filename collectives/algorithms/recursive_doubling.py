@@ -11,8 +11,12 @@ so every rank ends with identical bits.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .common import Job, Steps, pof2_below, segments
+
+if TYPE_CHECKING:
+    from ..costmodel import CostParams
 
 
 def _fold_partner(job: Job) -> tuple[bool, int] | None:
@@ -76,3 +80,26 @@ def allreduce(job: Job) -> Steps:
             mask <<= 1
 
     yield from folded(job, body)
+
+
+def fold_cost(p: int, n: float, c: CostParams) -> float:
+    """F = 2(alpha + n beta) + n gamma when p is no power of two (the extra ranks hand their
+    vector over and get the result back), else 0."""
+    pof2 = 1 << (p.bit_length() - 1)
+    return 0.0 if p == pof2 else 2 * (c.alpha + n * c.beta) + n * c.gamma
+
+
+def fold_bytes(p: int, nbytes: int) -> int:
+    """What folding adds to the busiest rank: the result handed back, n (0 for p = p')."""
+    return 0 if p == pof2_below(p) else nbytes
+
+
+def cost(p: int, n: float, c: CostParams, s: float) -> float:
+    """log2(p') (alpha + n beta + n gamma) + F."""
+    lg = p.bit_length() - 1
+    return lg * (c.alpha + n * c.beta + n * c.gamma) + fold_cost(p, n, c)
+
+
+def wire_bytes(p: int, nbytes: int) -> float:
+    """log2(p') full vectors, plus the folded neighbour's result: log2(p') n + n."""
+    return (p.bit_length() - 1) * nbytes + fold_bytes(p, nbytes)

@@ -9,7 +9,13 @@ all ranks end with identical bits.
 
 from __future__ import annotations
 
+import math
+from typing import TYPE_CHECKING
+
 from .common import Job, Steps, partition, segments
+
+if TYPE_CHECKING:
+    from ..costmodel import CostParams
 
 
 def reduce_scatter(job: Job, blocks: list[tuple[int, int]]) -> Steps:
@@ -74,3 +80,16 @@ def allreduce(job: Job) -> Steps:
     blocks = partition(job.work.size, job.comm.size)
     yield from reduce_scatter(job, blocks)
     yield from allgather(job, blocks)
+
+
+def cost(p: int, n: float, c: CostParams, s: float) -> float:
+    """2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma, plus alpha per extra segment of a
+    block (ceil(n/(p s)) messages a step)."""
+    msgs = max(1, math.ceil(n / p / s))
+    return (2 * (p - 1) * msgs * c.alpha + 2 * (p - 1) / p * n * c.beta
+            + (p - 1) / p * n * c.gamma)
+
+
+def wire_bytes(p: int, nbytes: int) -> float:
+    """Each rank sends p-1 blocks in each half: 2(p-1)/p n."""
+    return 2 * (p - 1) / p * nbytes

@@ -11,9 +11,14 @@ every rank ends with identical bits.
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from typing import TYPE_CHECKING
 
 from .common import Job, Steps, segments
+
+if TYPE_CHECKING:
+    from ..costmodel import CostParams
 
 WINDOW = 4  # receive segments in flight per child during the reduce
 
@@ -93,3 +98,25 @@ def allreduce(job: Job) -> Steps:
     """Binomial reduce to rank 0, then binomial broadcast from rank 0."""
     yield from reduce(job, 0)
     yield from broadcast(job, 0)
+
+
+def _ceil_log2(p: int) -> int:
+    return max(0, (p - 1).bit_length())
+
+
+def cost(p: int, n: float, c: CostParams, s: float) -> float:
+    """Reduce + broadcast pipelined over k = ceil(n/s) segments, each step paced by the root,
+    whose one link carries a segment per child (L = ceil(log2 p) children):
+    (L + k - 1)(alpha + L s beta) + k L s gamma  (reduce)  + (L + k - 1)(alpha + L s beta)."""
+    L = _ceil_log2(p)
+    k = max(1, math.ceil(n / s))
+    # Bytes are paced by the root: each of the k segments comes in from its L children and
+    # goes out to them again through its one link (the other links fill the pipeline while
+    # the root's is busy). Latency follows the k segments down a chain of depth L.
+    return 2 * (L + k - 1) * c.alpha + 2 * L * n * c.beta + L * n * c.gamma
+
+
+def wire_bytes(p: int, nbytes: int) -> int:
+    """The root broadcasts the vector to its L = ceil(log2 p) children: L n (every other rank
+    sends it to its parent and fewer children)."""
+    return _ceil_log2(p) * nbytes

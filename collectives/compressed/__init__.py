@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,18 +26,33 @@ import compressors
 from compressors import Compressor, ErrorFeedback
 
 from ..algorithms.common import Steps
+from ..costmodel import CostParams
 from ..dtypes import DType
+from ..pricing import SchemeLoad
 from . import dense, gather, rsag, sparse
 from .common import Ctx
 
-SCHEMES: dict[str, Callable[[Ctx], Steps]] = {
-    "dense": dense.run,
-    "reduce_scatter_allgather": rsag.run,
-    "allgather": gather.run,
-    "sparse": sparse.run,
-}
 
-__all__ = ["SCHEMES", "candidates", "compressor_digest", "feasible", "resolve_compressor"]
+@dataclass(frozen=True)
+class Scheme:
+    """A compressed allreduce scheme: how it runs, its price (communication, codec) seconds
+    for a ``SchemeLoad``, and the bytes one rank sends, as
+    ``wire_bytes(p, payload_bytes, entries, entry_bytes)`` (p > 1)."""
+
+    name: str
+    run: Callable[[Ctx], Steps]
+    price: Callable[[SchemeLoad, CostParams], tuple[float, float]]
+    wire_bytes: Callable[[int, int, int, int], float]
+
+
+SCHEMES: dict[str, Scheme] = {
+    s.name: s for s in (Scheme("dense", dense.run, dense.price, dense.wire_bytes),
+                        Scheme("reduce_scatter_allgather", rsag.run, rsag.price, rsag.wire_bytes),
+                        Scheme("allgather", gather.run, gather.price, gather.wire_bytes),
+                        Scheme("sparse", sparse.run, sparse.price, sparse.wire_bytes))}
+
+__all__ = ["SCHEMES", "Scheme", "candidates", "compressor_digest", "feasible",
+           "resolve_compressor"]
 
 
 def resolve_compressor(compressor: Any) -> Compressor:

@@ -6,8 +6,7 @@ from typing import Any
 
 import numpy as np
 
-import _compcoll  # noqa: F401  (fp16/bf16 conversion kernels; imported for a clear error)
-from compressors import ErrorFeedback
+from compressors import ErrorFeedback, kernels
 
 from .. import buffers, costmodel, ops
 from ..config import defaults
@@ -32,7 +31,7 @@ def _input_view(work: np.ndarray, dtype: Any, shape: tuple[int, ...]) -> Any:
 def _store(result: np.ndarray, work: np.ndarray, dtype: Any) -> None:
     """Round the fp32/fp64 sum into the caller's dtype, in place."""
     if dtype.itemsize == 2:
-        _compcoll.float_to_half(np.ascontiguousarray(result, np.float32), work, dtype.code)
+        kernels.float_to_half(np.ascontiguousarray(result, np.float32), work, dtype.code)
     else:
         np.copyto(work, result, casting="same_kind")
 
@@ -100,7 +99,8 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
             stats.update(ctx.stats, scheme=scheme, bytes_sent=c.bytes_sent - sent_before)
         return prepared.finish()
 
-    return Handle(SCHEMES[scheme](ctx), finish, f"compressed allreduce[{scheme}]", timeout)
+    return Handle(SCHEMES[scheme].run(ctx), finish, f"compressed allreduce[{scheme}]",
+                  timeout)
 
 
 def _on_device(c: Communicator, buf: Any, out: Any, comp: Any, feedback: Any, scheme: str,
@@ -122,5 +122,5 @@ def _on_device(c: Communicator, buf: Any, out: Any, comp: Any, feedback: Any, sc
                          on_device=True)
         return result
 
-    return Handle(SCHEMES[scheme](ctx), finish, f"compressed allreduce[{scheme}, device]",
+    return Handle(SCHEMES[scheme].run(ctx), finish, f"compressed allreduce[{scheme}, device]",
                   timeout)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import costmodel
+from .. import costmodel, pricing
 from ..algorithms import get as get_algorithm
 from ..algorithms.common import Job, Steps
 from ..config import defaults
+from ..costmodel import CostParams
 from ..dtypes import BY_NAME, DType
 from .common import Ctx, to_acc
 
@@ -62,3 +63,14 @@ def _power(ctx: Ctx) -> Steps:
             comp.reconstruct(pctx, q_sum, ctx.name, out=ctx.out)
         else:
             ctx.out[...] = to_acc(comp.reconstruct(pctx, q_sum, ctx.name), ctx.acc)
+
+
+def price(load: pricing.SchemeLoad, c: CostParams) -> tuple[float, float]:
+    """The payload allreduced by the fastest dense algorithm; one encode and one decode."""
+    return (pricing.best_dense(load.p, load.payload_bytes, c, load.segment)[1],
+            load.encode_s + load.decode_s)
+
+
+def wire_bytes(p: int, payload_bytes: int, entries: int, entry_bytes: int) -> float:
+    """Ring or Rabenseifner: 2(p-1)/p of the payload."""
+    return 2 * (p - 1) / p * payload_bytes

@@ -3,7 +3,9 @@ payloads and sums them in fp32 in rank order (so all ranks hold the same bits)."
 
 from __future__ import annotations
 
+from .. import pricing
 from ..algorithms.common import Steps
+from ..costmodel import CostParams
 from ..exchange import allgatherv
 from .common import Ctx, wire_sizes
 
@@ -18,3 +20,15 @@ def run(ctx: Ctx) -> Steps:
             ctx.decode_bytes_into(data, ctx.out, own)
         else:
             ctx.decode_bytes_add(data, ctx.out, own)
+
+
+def price(load: pricing.SchemeLoad, c: CostParams) -> tuple[float, float]:
+    """(p-1) alpha + (p-1) B beta; p decodes of n and (p-1) nV gamma of sums."""
+    p = load.p
+    return ((p - 1) * (c.alpha + load.payload_bytes * c.beta),
+            load.encode_s + p * load.decode_s + (p - 1) * load.n_bytes * c.gamma)
+
+
+def wire_bytes(p: int, payload_bytes: int, entries: int, entry_bytes: int) -> float:
+    """A ring allgather forwards p-1 payloads."""
+    return (p - 1) * payload_bytes

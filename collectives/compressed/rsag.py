@@ -16,8 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from .. import pricing
 from ..algorithms.common import Steps, partition
 from ..config import defaults
+from ..costmodel import CostParams
 from ..exchange import allgatherv, alltoallv
 from ..interleave import concurrently
 from .common import Ctx, wire_sizes
@@ -94,3 +96,16 @@ def _segment(ctx: Ctx, x: Any, base: int, total: int, tag: int, label: str, owne
                                    wire_sizes(ctx.comp, shapes, summed.dtype))
     for j, (data, (a, b)) in enumerate(zip(pieces, blocks, strict=True)):
         ctx.decode_bytes_into(data, ctx.out[base + a:base + b], summed if j == r else None)
+
+
+def price(load: pricing.SchemeLoad, c: CostParams) -> tuple[float, float]:
+    """2(p-1) alpha + 2(p-1)/p B beta; the owner decodes p blocks of n/p, adds them
+    ((p-1)/p nV gamma) and re-encodes one; everyone decodes the gathered n."""
+    p, comp, decomp = load.p, load.encode_s, load.decode_s
+    return (2 * (p - 1) * c.alpha + 2 * (p - 1) / p * load.payload_bytes * c.beta,
+            comp + comp / p + 2 * decomp + (p - 1) / p * load.n_bytes * c.gamma)
+
+
+def wire_bytes(p: int, payload_bytes: int, entries: int, entry_bytes: int) -> float:
+    """p-1 chunks out, p-1 chunks gathered: 2(p-1)/p of the payload."""
+    return 2 * (p - 1) / p * payload_bytes

@@ -13,8 +13,9 @@ from compressors.arrays import to_f32
 
 from .. import pricing
 from ..algorithms.common import Steps
+from ..costmodel import CostParams
 from ..exchange import allgather_ints
-from ..sparse import ALGORITHMS, PARTS, choose
+from ..sparse import ALGORITHMS, PARTS, choose, modeled
 from ..sparse.common import SparseJob
 from ..sparse.merge import coalesce, index_dtype, to_dense
 from .common import Ctx
@@ -55,7 +56,7 @@ def run(ctx: Ctx) -> Steps:
             ctx.feedback_update(ctx.name, xc, payload)
         to_dense(parts, ctx.out, ctx.acc)
         return
-    ridx, rval = yield from ALGORITHMS[algo](job)
+    ridx, rval = yield from ALGORITHMS[algo].run(job)
     if fused and algo == "gtopk":  # what did not survive the global selection stays
         keep = np.isin(idx, ridx, assume_unique=True)
         ctx.fb.residuals[ctx.name][idx[~keep]] = val[~keep]
@@ -69,3 +70,16 @@ def run(ctx: Ctx) -> Steps:
             ctx.feedback_update(ctx.name, xc, payload)
     kernels.scatter_dense(ctx.out, ridx, rval)
 
+
+
+def price(load: pricing.SchemeLoad, c: CostParams) -> tuple[float, float]:
+    """The cheapest exact sparse allreduce of the payload's k entries (4-byte indices)."""
+    return (min(pricing.predict_sparse(a, load.p, load.numel, load.sparse_k, c, 4,
+                                       load.value_bytes) for a in modeled()),
+            load.encode_s + load.decode_s)
+
+
+def wire_bytes(p: int, payload_bytes: int, entries: int, entry_bytes: int) -> float:
+    """Split-allgather: (p-1)/p of its own entries plus (p-1)/p of the union, at most p times
+    its own entries."""
+    return (p - 1) / p * entries * entry_bytes * (1 + p)

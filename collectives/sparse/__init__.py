@@ -1,7 +1,9 @@
 """Sparse allreduce: every rank contributes (indices, values) of a vector of ``size``.
 
 Algorithms (registry ``ALGORITHMS``): ``ssar_recursive_doubling``, ``ssar_split_allgather``,
-``dsar`` (SparCML, Renggli et al. SC'19) and ``gtopk`` (global top-k, result k-sparse).
+``dsar`` (SparCML, Renggli et al. SC'19) and ``gtopk`` (global top-k, result k-sparse). Each
+entry (``SparseAlgorithm``) holds how it runs, its price in the cost model and, where it can,
+how it hands its result over in parts; "auto" and ``pricing`` read the entries.
 """
 
 from __future__ import annotations
@@ -18,25 +20,38 @@ from ..transport import as_communicator
 from ..transport.base import Request
 from ..validation import agree
 from . import gtopk, split, ssar
-from .common import Sparse, SparseJob, SparseSteps
+from .common import Sparse, SparseAlgorithm, SparseJob, SparseSteps
 from .merge import coalesce, index_dtype
 
-ALGORITHMS: dict[str, Callable[[SparseJob], SparseSteps]] = {
-    "ssar_recursive_doubling": ssar.recursive_doubling,
-    "ssar_split_allgather": split.split_allgather,
-    "dsar": split.dsar,
-    "gtopk": gtopk.gtopk,
-}
-
+ALGORITHMS: dict[str, SparseAlgorithm] = {}
 #: Algorithms that can hand over their result as sets whose ``merge`` (in list order) it is,
 #: for a caller that wants it dense (``merge.to_dense``: no merged set built).
-PARTS: dict[str, Callable[[SparseJob], Generator[list[Request], None, list[Sparse]]]] = {
-    "ssar_recursive_doubling": ssar.recursive_doubling_parts,
-    "ssar_split_allgather": split.split_allgather_parts,
-    "dsar": split.dsar_parts,
-}
+PARTS: dict[str, Callable[[SparseJob], Generator[list[Request], None, list[Sparse]]]] = {}
 
-__all__ = ["ALGORITHMS", "PARTS", "isparse_allreduce", "sparse_allreduce"]
+
+def register(algorithm: SparseAlgorithm) -> None:
+    """Add a sparse allreduce under its name."""
+    if algorithm.name in ALGORITHMS:
+        raise ValueError(f"sparse algorithm {algorithm.name!r} is already registered")
+    ALGORITHMS[algorithm.name] = algorithm
+    if algorithm.parts is not None:
+        PARTS[algorithm.name] = algorithm.parts
+
+
+register(SparseAlgorithm("ssar_recursive_doubling", ssar.recursive_doubling, ssar.price,
+                         ssar.recursive_doubling_parts))
+register(SparseAlgorithm("ssar_split_allgather", split.split_allgather,
+                         split.split_allgather_price, split.split_allgather_parts))
+register(SparseAlgorithm("dsar", split.dsar, split.dsar_price, split.dsar_parts))
+register(SparseAlgorithm("gtopk", gtopk.gtopk, gtopk.price, exact=False))
+
+__all__ = ["ALGORITHMS", "PARTS", "SparseAlgorithm", "isparse_allreduce", "modeled",
+           "register", "sparse_allreduce"]
+
+
+def modeled() -> tuple[str, ...]:
+    """The exact sparse allreduces, in registration order ("auto" chooses among them)."""
+    return tuple(name for name, a in ALGORITHMS.items() if a.exact)
 
 
 def _host(x: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
@@ -108,7 +123,7 @@ def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
     result: dict[str, Any] = {}
 
     def steps() -> SparseSteps:
-        result["set"] = yield from ALGORITHMS[algorithm](job)
+        result["set"] = yield from ALGORITHMS[algorithm].run(job)
         return result["set"]
 
     def finish() -> Any:
@@ -158,6 +173,6 @@ def choose(comm: Any, size: int, nnz: int, value_bytes: int) -> str:
     agree: the fitted parameters and nnz are the same everywhere)."""
     c = costmodel.params(comm)
     ib = index_dtype(size).itemsize
-    return min(pricing.SPARSE_MODELED,
+    return min(modeled(),
                key=lambda a: (pricing.predict_sparse(a, comm.size, size, nnz, c, ib, value_bytes),
                               a))

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..transport.base import Communicator, Request
 
+if TYPE_CHECKING:
+    from ..costmodel import CostParams
+
 Sparse = tuple[np.ndarray, np.ndarray]
 SparseSteps = Generator[list[Request], None, Sparse]
+#: price(p, n, k, c, index_bytes, value_bytes): seconds for k entries per rank of a vector of
+#: n over p > 1 ranks (``collectives.pricing`` has the formulas side by side).
+SparsePrice = Callable[[int, int, int, "CostParams", int, int], float]
 
 
 @dataclass
@@ -36,3 +43,16 @@ def split_by_ranges(idx: np.ndarray, val: np.ndarray, bounds: np.ndarray) -> lis
 def even_bounds(size: int, p: int) -> np.ndarray:
     """p equal index ranges of [0, size)."""
     return np.array([size * j // p for j in range(p + 1)], dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class SparseAlgorithm:
+    """A named sparse allreduce: how it runs, its price, and (where it can) how it hands its
+    result over as sets whose merge it is. ``exact`` is False for one whose result keeps only
+    some entries of the sum (global top-k): "auto" chooses among the exact ones."""
+
+    name: str
+    run: Callable[[SparseJob], SparseSteps]
+    price: SparsePrice
+    parts: Callable[[SparseJob], Generator[list[Request], None, list[Sparse]]] | None = None
+    exact: bool = True

@@ -13,11 +13,16 @@ compressed allreduce does that with the returned indices).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..exchange import allgather_ints, allgatherv, alltoallv
 from .common import Sparse, SparseJob, SparseSteps, split_by_ranges
 from .merge import merge, pack, unpack
+
+if TYPE_CHECKING:
+    from ..costmodel import CostParams
 
 
 def top_k(idx: np.ndarray, val: np.ndarray, k: int) -> Sparse:
@@ -59,3 +64,9 @@ def gtopk(job: SparseJob) -> SparseSteps:
     idx, val = merge([unpack(b, job.size, job.acc) for b in cand], job.acc)  # disjoint ranges
     nz = val != 0  # an entry that summed to zero carries nothing: never spend k on it
     return top_k(idx[nz], val[nz], k)
+
+
+def price(p: int, n: int, k: int, c: CostParams, index_bytes: int, value_bytes: int) -> float:
+    """3(p-1) alpha + (p-1)/p (2k + p k)(I+V) beta (k = the result's size)."""
+    e = index_bytes + value_bytes
+    return 3 * (p - 1) * c.alpha + (p - 1) / p * (2 * k + p * k) * e * c.beta

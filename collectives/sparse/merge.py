@@ -48,14 +48,14 @@ def merge(sets: list[tuple[np.ndarray, np.ndarray]], acc: np.dtype
     if len(sets) == 1:
         return sets[0][0], sets[0][1].astype(acc, copy=False)
     if np.dtype(acc) in (np.float32, np.float64):  # linear two-way merges, in list order
-        import _compcoll  # here, not at import: `compcoll doctor` must run without the build
+        from compressors import kernels  # on first use: `import collectives` needs no build
 
         idx, val = _contiguous(sets[0], acc)
         for other in sets[1:]:
             ib, vb = _contiguous(other, acc)
             io = np.empty(idx.size + ib.size, np.int64)
             vo = np.empty(idx.size + ib.size, acc)
-            k = _compcoll.merge_sorted(idx, val, ib, vb, io, vo)
+            k = kernels.merge_sorted(idx, val, ib, vb, io, vo)
             idx, val = io[:k], vo[:k]
         return idx, val
     idx = np.concatenate([s[0] for s in sets])
@@ -72,10 +72,10 @@ def to_dense(sets: list[tuple[np.ndarray, np.ndarray]], out: np.ndarray, acc: np
     sets = [s for s in sets if s[0].size]
     if out.dtype == np.dtype(acc) and out.dtype in (np.float32, np.float64) and \
             out.flags.c_contiguous and out.ndim == 1:
-        import _compcoll
+        from compressors import kernels
 
         parts = [_contiguous(s, acc) for s in sets]
-        _compcoll.merge_dense(out, [i for i, _ in parts], [v for _, v in parts])
+        kernels.merge_dense(out, [i for i, _ in parts], [v for _, v in parts])
         return
     from compressors import kernels
 

@@ -10,6 +10,7 @@ dense is cheaper (``costmodel.sparse_dense_threshold``)."""
 from __future__ import annotations
 
 from collections.abc import Generator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from ..exchange import allgatherv, alltoallv
 from ..transport.base import Request
 from .common import Sparse, SparseJob, SparseSteps, even_bounds, split_by_ranges
 from .merge import merge, pack, unpack
+
+if TYPE_CHECKING:
+    from ..costmodel import CostParams
 
 
 def _owned(job: SparseJob, bounds: np.ndarray) -> SparseSteps:
@@ -93,3 +97,21 @@ def split_allgather_parts(job: SparseJob) -> Generator[list[Request], None, list
 
 def dsar_parts(job: SparseJob) -> Generator[list[Request], None, list[Sparse]]:
     return (yield from _split_allgather_parts(job, allow_dense=True))
+
+
+def _price(p: int, k: int, e: int, gather: float, c: CostParams) -> float:
+    return 2 * (p - 1) * c.alpha + (p - 1) / p * (k * e + gather) * c.beta
+
+
+def split_allgather_price(p: int, n: int, k: int, c: CostParams, index_bytes: int,
+                          value_bytes: int) -> float:
+    """2(p-1) alpha + (p-1)/p (k + U)(I+V) beta, U = min(n, p k) the union at worst."""
+    e = index_bytes + value_bytes
+    return _price(p, k, e, min(n, p * k) * e, c)
+
+
+def dsar_price(p: int, n: int, k: int, c: CostParams, index_bytes: int,
+               value_bytes: int) -> float:
+    """As split-allgather, the allgather at min(U(I+V), nV) bytes (a dense range is cheaper)."""
+    e = index_bytes + value_bytes
+    return _price(p, k, e, min(min(n, p * k) * e, n * value_bytes), c)

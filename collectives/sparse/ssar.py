@@ -4,7 +4,9 @@ merge, so it suits very sparse inputs. Non-powers of two fold as the dense algor
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,6 +15,9 @@ from ..algorithms.recursive_doubling import new_rank, real_rank
 from ..transport.base import Request
 from .common import Sparse, SparseJob, SparseSteps
 from .merge import merge, pack, unpack
+
+if TYPE_CHECKING:
+    from ..costmodel import CostParams
 
 
 def _swap(job: SparseJob, peer: int, mine: np.ndarray, what: str) -> SparseSteps:
@@ -62,3 +67,10 @@ def recursive_doubling_parts(job: SparseJob) -> Generator[list[Request], None, l
 def recursive_doubling(job: SparseJob) -> SparseSteps:
     parts = yield from recursive_doubling_parts(job)
     return merge(parts, job.acc)
+
+
+def price(p: int, n: int, k: int, c: CostParams, index_bytes: int, value_bytes: int) -> float:
+    """Sum over rounds i < log2 p of alpha + min(2^i k, n)(I+V) beta: the set doubles."""
+    e = index_bytes + value_bytes
+    rounds = max(1, math.ceil(math.log2(p)))
+    return sum(c.alpha + min((1 << i) * k, n) * e * c.beta for i in range(rounds))

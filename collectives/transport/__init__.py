@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import atexit
 import sys
+import weakref
 from typing import Any
 
 from ..errors import CommunicationError
-from .base import Communicator, Request, wait_all
+from .base import CommCache, Communicator, Request, wait_all
 
-__all__ = ["Communicator", "Request", "as_communicator", "default_engine", "wait_all"]
+__all__ = ["CommCache", "Communicator", "Request", "as_communicator", "default_engine",
+           "wait_all"]
 
 _CACHE: dict[int, Communicator] = {}
 
@@ -46,13 +48,21 @@ def as_communicator(comm: Any = None) -> Communicator:
         comm = default_engine()
     key = id(comm)
     cached = _CACHE.get(key)
-    if cached is not None and getattr(cached, "_obj", None) is comm:
+    if cached is not None and _held(cached.cache.engine_object) is comm:
         cached.check_usable()
         return cached
     wrapped = _wrap(comm)
-    wrapped._obj = comm  # keeps the engine object alive while cached  # type: ignore[attr-defined]
+    # An MPI communicator is kept alive while cached; a torch.distributed group only weakly
+    # (destroy_process_group must free it: see TorchCommunicator), so a new group at a
+    # reused address gets a new wrapper.
+    wrapped.cache.engine_object = comm if wrapped.engine == "mpi" else weakref.ref(comm)
     _CACHE[key] = wrapped
     return wrapped
+
+
+def _held(obj: Any) -> Any:
+    """The engine object a cache slot holds (strongly, or through a weak reference)."""
+    return obj() if isinstance(obj, weakref.ref) else obj
 
 
 def default_engine() -> Any:

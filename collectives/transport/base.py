@@ -3,19 +3,26 @@
 Algorithms never call mpi4py or torch.distributed directly: they post nonblocking sends and
 receives of contiguous host byte buffers through a ``Communicator`` and wait on the returned
 ``Request`` objects with a deadline. Two engines implement it (MPI and torch.distributed).
+
+What other modules keep per communicator between calls lives in its ``cache``, a
+``CommCache`` with one typed slot per use; nothing else is set on a communicator from outside.
 """
 
 from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..config import check_timeout
 from ..errors import CommunicationError, CommunicatorUnusable, TransportError
 from .waiting import test_all, wait_all
+
+if TYPE_CHECKING:
+    from ..costmodel import CostParams
 
 
 class Request(ABC):
@@ -40,6 +47,26 @@ class Request(ABC):
     def block(self, seconds: float) -> bool:
         """Blocking wait of at most ``seconds``; True if completed (engines with blocking=True)."""
         return self.test()
+
+
+@dataclass
+class CommCache:
+    """What compcoll keeps on a communicator between calls (``comm.cache``), one slot per use.
+
+    Example::
+
+        >>> import collectives
+        >>> from mpi4py import MPI
+        >>> c = collectives.as_communicator(MPI.COMM_WORLD)
+        >>> assert c.cache.engine_object is MPI.COMM_WORLD  # as_communicator's wrapper
+    """
+
+    #: the cost model's fitted alpha/beta/gamma; ``costmodel.params`` probes on first use
+    cost_params: CostParams | None = None
+    #: the engine object ``as_communicator`` wrapped: an MPI communicator kept alive while the
+    #: wrapper is cached (its id() cannot be reused by another object), a torch.distributed
+    #: group through a weak reference (destroy_process_group must free it)
+    engine_object: Any = None
 
 
 class Communicator(ABC):
@@ -74,6 +101,8 @@ class Communicator(ABC):
         self._posted: list[Request] = []
         self._prune_at = 64
         self._lock = threading.Lock()  # a DDP hook posts while its thread waits
+        #: state other modules keep per communicator between calls (cost model fit, ...)
+        self.cache = CommCache()
 
     # -- failure: once a wait gives up, every later call refuses ------------------------------
     def check_usable(self) -> None:
@@ -175,4 +204,4 @@ class Communicator(ABC):
         return f"<{type(self).__name__} rank {self.rank} of {self.size}>"
 
 
-__all__ = ["Communicator", "Request", "test_all", "wait_all"]
+__all__ = ["CommCache", "Communicator", "Request", "test_all", "wait_all"]

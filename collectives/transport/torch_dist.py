@@ -8,13 +8,14 @@ once a receive has completed.
 
 from __future__ import annotations
 
+import weakref
 from datetime import timedelta
 from typing import Any
 
 import numpy as np
 
 from ..dtypes import DType
-from ..errors import TransportError
+from ..errors import CommunicatorUnusable, TransportError
 from .base import Communicator, Request
 
 
@@ -83,7 +84,11 @@ class TorchCommunicator(Communicator):
                 "torch.distributed is not initialized: call torch.distributed.init_process_group"
                 "(backend='gloo') first (torchrun sets the environment), or pass an MPI comm"
             )
-        self.group = group if group is not None else dist.group.WORLD
+        group = group if group is not None else dist.group.WORLD
+        # Held weakly: destroy_process_group must free the group (and join gloo's threads)
+        # then, not at interpreter exit, where a gloo thread releasing a finished work's
+        # tensors would need the GIL that finalization no longer hands out (an abort).
+        self._group = weakref.ref(group)
         self._rank = dist.get_rank(self.group)
         self._size = dist.get_world_size(self.group)
         self._global = [dist.get_global_rank(self.group, r) for r in range(self._size)]
@@ -92,6 +97,17 @@ class TorchCommunicator(Communicator):
             stage_device = torch.device("cuda", torch.cuda.current_device())
         self.stage_device = None if stage_device is None else torch.device(stage_device)
         self.matches_by_tag = self.backend != "nccl"  # NCCL ignores tags
+
+    @property
+    def group(self) -> Any:
+        """The torch.distributed group (raises once it was destroyed)."""
+        group = self._group()
+        if group is None:
+            raise CommunicatorUnusable(
+                "the torch.distributed process group of this communicator was destroyed "
+                "(destroy_process_group); pass the new group, or comm=None after "
+                "init_process_group")
+        return group
 
     @property
     def rank(self) -> int:
@@ -209,12 +225,16 @@ class ProcessGroupCommunicator(TorchCommunicator):
 
     def __init__(self, pg: Any) -> None:
         Communicator.__init__(self)
-        self.group = pg
+        self._pg = pg  # owned by the backend's process group, which owns this communicator
         self._rank, self._size = int(pg.rank()), int(pg.size())
         self._global = list(range(self._size))
         self.backend = str(pg.name()) if hasattr(pg, "name") else "gloo"
         self.stage_device = None
         self.matches_by_tag = True
+
+    @property
+    def group(self) -> Any:
+        return self._pg
 
     def _send(self, t: Any, dest: int, tag: int) -> Any:
         return self.group.send([t], dest, tag)

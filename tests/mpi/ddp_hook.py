@@ -141,7 +141,7 @@ def ordered(chk: Checker) -> None:
     for c, fit in zip((tagged, comm), FITS, strict=True):
         model = make(0.004)
         state = cddp.CompressionState(policy="uniform:bits=8", comm=c, **PINNED).bind(model)
-        state.communicator()._cost_params = fit
+        state.communicator().cache.cost_params = fit
         model.register_comm_hook(state, cddp.compression_hook)
         got = []
         for step in range(3):

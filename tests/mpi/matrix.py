@@ -4,7 +4,9 @@ Every case is checked on every rank against a numpy oracle and against MPI_Allre
 when the inputs make any summation order exact (small integers, as nccl-tests does), and the
 result must be bit-identical on all ranks. A second group feeds values where order matters
 (BIG, -BIG, TINY at every pair of ranks, and Gaussian data) and checks bit-identity plus a
-stated error bound. Run: mpiexec -n P python tests/mpi/matrix.py [--large]
+stated error bound. The algorithms come from the registry: compcoll's own, and the engine's own
+for this communicator ("mpi"); each of compcoll's must send what its ``wire_bytes`` says.
+Run: mpiexec -n P python tests/mpi/matrix.py [--large]
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ import torch
 from mpi4py import MPI
 
 import collectives
+from collectives.algorithms import REGISTRY
 
 from common import WORLD, Checker
 
-ALGOS = ["ring", "tree", "recursive_doubling", "rabenseifner", "mpi"]
+ENGINE = collectives.as_communicator().engine
+OURS = [a.name for a in REGISTRY.values() if a.ours]
+ALGOS = [*OURS, *(a.name for a in REGISTRY.values() if not a.ours and a.name == ENGINE)]
 DTYPES = ["float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32", "int64"]
 OPS = ["sum", "avg", "min", "max", "prod"]
 MPI_OPS = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
@@ -144,6 +149,22 @@ def order_case(chk: Checker, algo: str, dtype: str, n: int, seed: int) -> None:
     chk.check(bool(np.all(err <= bound)), f"{what}: error {err.max():.3g} above bound")
 
 
+def wire_case(chk: Checker, algo: str) -> None:
+    """The busiest rank sends what the entry's ``wire_bytes`` says (n divisible by every
+    block count, so the closed form is exact)."""
+    comm = collectives.as_communicator()
+    n = 840 * P  # divisible by P and by every power of two <= 8
+    buf = np.ones(n, np.float32)
+    before = comm.bytes_sent
+    if chk.run(f"{algo} wire bytes", collectives.allreduce, buf, algorithm=algo, comm=comm,
+               validate=False) is None:
+        return
+    busiest = max(WORLD.allgather(comm.bytes_sent - before))
+    want = REGISTRY[algo].wire_bytes(P, buf.nbytes)
+    chk.check(abs(busiest - want) <= 1e-9 * want, f"{algo}: busiest rank sent {busiest} B, "
+              f"wire_bytes says {want}")
+
+
 def main() -> None:
     large = "--large" in sys.argv
     chk = Checker("allreduce matrix")
@@ -168,7 +189,8 @@ def main() -> None:
             exact_case(chk, algo, "bfloat16", "sum", n, True, 8)
     # The same matrix must hold for a non-default segment size (many segments per block).
     collectives.defaults.segment_bytes = 64
-    for algo in ("ring", "tree", "recursive_doubling", "rabenseifner"):
+    for algo in OURS:
+        wire_case(chk, algo)
         exact_case(chk, algo, "float32", "sum", 1009, False, 9)
         exact_case(chk, algo, "float16", "max", 1009, True, 10)
     chk.finish()

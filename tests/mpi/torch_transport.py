@@ -65,8 +65,8 @@ def staged(chk: Checker) -> None:
     plain = TorchCommunicator(dist.new_group(list(range(P))))  # a cost model of its own
     ordered = TorchCommunicator(dist.new_group(list(range(P))), stage_device="cpu")
     ordered.matches_by_tag = False
-    plain._cost_params = CostParams(alpha=1e-3, beta=1e-11, gamma=1e-12)  # latency-bound
-    ordered._cost_params = CostParams(alpha=1e-9, beta=1e-6, gamma=1e-12)  # bandwidth-bound
+    plain.cache.cost_params = CostParams(alpha=1e-3, beta=1e-11, gamma=1e-12)  # latency-bound
+    ordered.cache.cost_params = CostParams(alpha=1e-9, beta=1e-6, gamma=1e-12)  # bandwidth-bound
     x = (torch.arange(100_003, dtype=torch.float32) * (R + 1) % 13) - 6
     for algo in ("ring", "tree", "recursive_doubling", "rabenseifner", "torch"):
         a = collectives.allreduce(x, algorithm=algo, comm=plain)

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 import collectives.backend  # noqa: F401  (where torch's autoloading is off)
-from collectives.commands.train_models import task
+from bench.commands.train_models import task
 
 R, P = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 STEPS, BATCH = 150, 16

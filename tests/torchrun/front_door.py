@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from collectives.commands.train_models import task
+from bench.commands.train_models import task
 
 R, P = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -111,14 +111,14 @@ def inside() -> bool:
 
 
 def run_on_cluster(topo: emulate.Topology, argv: list[str], stats: bool = True) -> int:
-    """Run ``python -m collectives argv`` with one rank per namespace of ``topo``."""
+    """Run ``python -m bench argv`` with one rank per namespace of ``topo``."""
     mpiexec = find_mpiexec()
     if mpiexec is None:
         raise SystemExit("compcoll: --link needs MPICH's mpiexec (Hydra); pip install mpich")
     try:
         with Cluster(topo) as cluster:
             cmd = emulate.mpmd_command(mpiexec, topo,
-                                       [sys.executable, "-m", "collectives", *without_np(argv)])
+                                       [sys.executable, "-m", "bench", *without_np(argv)])
             proc = subprocess.Popen(cmd)
             try:
                 code = proc.wait()

@@ -7,8 +7,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from .. import costmodel, dtypes
-from ..algorithms import REGISTRY
+from collectives import costmodel, dtypes
+from collectives.algorithms import REGISTRY
+
 from .bench_case import Case
 from .bench_compressor import NONE, CompressedCase
 from .benchlib import Timing, bus_bandwidth, time_calls

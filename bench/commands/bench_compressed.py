@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import pricing
+from collectives import pricing
+
 from ..cli import UsageError, command
 from . import checks
 from . import emulate as emulated
@@ -44,8 +45,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def _check(args: argparse.Namespace, specs: list[str]) -> None:
     """Refuse, before any rank starts, every argument that cannot work."""
     import compressors
-
-    from ..compressed import check_scheme
+    from collectives.compressed import check_scheme
 
     if args.size < 4:
         raise UsageError(f"-s {args.size}: the buffer holds float32 values; give at least 4 "

@@ -17,8 +17,9 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from .. import allreduce, dtypes
-from ..algorithms import REGISTRY
+from collectives import allreduce, dtypes
+from collectives.algorithms import REGISTRY
+
 from ..cli import UsageError
 from . import bench_data as data
 from .bench_case import BASELINE
@@ -59,8 +60,7 @@ def check_specs(specs: list[str], dtype: dtypes.DType, op: str, scheme: str) -> 
     if not real:
         return
     import compressors  # here, not at import: ``compcoll doctor`` runs without the extension
-
-    from ..compressed import check_scheme
+    from collectives.compressed import check_scheme
 
     for spec in real:
         try:
@@ -124,8 +124,7 @@ class CompressedCase:
         """A call of the compressed allreduce with fresh error feedback, and the list its
         calls append their stats to (compress/decompress seconds, bytes sent, scheme)."""
         import compressors
-
-        from ..compressed.select import measure
+        from collectives.compressed.select import measure
 
         comp = compressors.get(spec)
         fb = compressors.ErrorFeedback(comp) if self.feedback else None

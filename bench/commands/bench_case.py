@@ -6,8 +6,10 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from .. import allreduce, dtypes
+from collectives import allreduce, dtypes
+
 from . import bench_data as data
+from .collective_table import COLLECTIVES
 
 BASELINE = "MPI_Allreduce"  # the MPI library's blocking allreduce, called directly
 
@@ -32,7 +34,7 @@ class Case:
 
         # The transport's datatype and op: fp16/bf16 go through the same fp32-accumulating
         # user op as the "mpi" algorithm, so both baselines compute the same thing.
-        from ..transport.mpi import _MPI_OPS, _MPI_TYPES, _half_op
+        from collectives.transport.mpi import _MPI_OPS, _MPI_TYPES, _half_op
 
         if self.dtype.itemsize == 2 and self.dtype.is_float:
             mtype, mop = MPI.UINT16_T, _half_op(self.op, self.dtype)
@@ -50,7 +52,8 @@ class Case:
         self.call(name)()
         if os.environ.get("COMPCOLL_BENCH_CORRUPT") == name and self.comm.rank == 0:
             data.corrupt(self.recv)
-        wrong = data.count_wrong(self.recv, self.comm.size, self.dtype, self.op)
+        wrong = COLLECTIVES["allreduce"].check(self.recv, self.comm.size, self.comm.rank,
+                                              len(self.recv), self.dtype, self.op)
         world = self.comm.comm
         sums = world.allgather(data.checksum(self.recv))
         return world.allreduce(wrong), len(set(sums)) == 1

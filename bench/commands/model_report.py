@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import costmodel
+from collectives import costmodel
 
 
 def _size(n: float) -> str:

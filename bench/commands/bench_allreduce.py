@@ -24,9 +24,11 @@ import socket
 import sys
 from typing import Any
 
-from .. import as_communicator, costmodel, defaults, dtypes, emulate, ops
-from ..algorithms import REGISTRY
-from ..algorithms import get as get_algorithm
+from collectives import as_communicator, costmodel, defaults, dtypes, ops
+from collectives.algorithms import REGISTRY
+from collectives.algorithms import get as get_algorithm
+
+from .. import emulate
 from ..cli import UsageError, command
 from . import bench_report as report
 from . import checks

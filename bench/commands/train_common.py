@@ -110,7 +110,7 @@ def start(args: argparse.Namespace) -> Any:
     import torch.distributed as dist
     from mpi4py import MPI
 
-    from .. import as_communicator, costmodel
+    from collectives import as_communicator, costmodel
 
     torch.set_num_threads(1)  # ranks share the cores: one thread each, no spinning teams
     try:

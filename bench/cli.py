@@ -1,11 +1,11 @@
-"""The ``compcoll`` command line: a registry of subcommands, each in ``collectives.commands``.
+"""The ``compcoll`` command line: a registry of subcommands, each in ``bench.commands``.
 
 A subcommand is a function ``run(args) -> exit code`` registered under its words::
 
     @command("bench allreduce", help="...", arguments=add_arguments)
     def run(args: argparse.Namespace) -> int: ...
 
-``compcoll bench allreduce -h`` lists its options; ``python -m collectives`` is the same program.
+``compcoll bench allreduce -h`` lists its options; ``python -m bench`` is the same program.
 
 Every argument that cannot work is refused before any work starts, as one line
 ``compcoll: error: ...`` naming the problem and what would work, with exit code 2 (argparse's
@@ -68,8 +68,9 @@ def command(name: str, *, help: str,
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser: one nested subparser per word of each registered command."""
+    from collectives.version import __version__
+
     from . import commands  # noqa: F401  (importing the modules registers the commands)
-    from .version import __version__
 
     root = Parser(prog="compcoll", description=__doc__.splitlines()[0])
     root.add_argument("--version", action="version", version=f"compcoll {__version__}")

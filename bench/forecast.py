@@ -20,8 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from . import costmodel
-from .costmodel import CostParams
+from collectives import costmodel
+from collectives.costmodel import CostParams
 
 
 def best(p: int, nbytes: float, c: CostParams, segment: int | None = None) -> tuple[str, float]:
@@ -79,9 +79,8 @@ def price_compressor(spec: str, p: int, nbytes: int, c: CostParams, rates: Codec
     through the cheapest scheme the compressor can use (the prices ``scheme="auto"`` uses:
     ``collectives.pricing``)."""
     import compressors
-
-    from . import pricing
-    from .compressed import candidates
+    from collectives import pricing
+    from collectives.compressed import candidates
 
     comp = compressors.get(spec)
     numel = max(1, nbytes // 4)

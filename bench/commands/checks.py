@@ -2,7 +2,7 @@
 
 Each check runs before any rank starts or any time is measured, and says what would work.
 The ``type=`` functions raise ``argparse.ArgumentTypeError`` (argparse prints them as usage
-errors); the others raise :class:`collectives.cli.UsageError`.
+errors); the others raise :class:`bench.cli.UsageError`.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def compressor(spec: str, option: str = "--compressor") -> None:
 
 def scheme(text: str, option: str = "--scheme") -> None:
     """Refuse a compressed-allreduce scheme that does not exist."""
-    from ..compressed import SCHEMES
+    from collectives.compressed import SCHEMES
 
     if text != "auto" and text not in SCHEMES:
         raise UsageError(f"{option} {text!r} is not a scheme; choose from auto, "

@@ -117,8 +117,9 @@ def init_gloo(comm: Any, emulated: bool, timeout: float = 300.0) -> None:
     On an emulated cluster every rank sits in its own network namespace: gloo then talks to
     rank 0's address over the shaped link.
     """
+    from collectives.ddp import init_from_mpi
+
     from .. import emulate
-    from ..ddp import init_from_mpi
 
     if emulated:
         os.environ["GLOO_SOCKET_IFNAME"] = emulate.RANK_IF

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .collective_table import COLLECTIVES
+
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
@@ -38,9 +40,10 @@ def bus_bandwidth(algbw: float, p: int) -> float:
 
     An optimal allreduce sends and receives 2(p-1)/p times the vector on every rank's link
     (reduce-scatter, then allgather), so busbw compares with the link's peak for any p
-    (the definition of nccl-tests' PERFORMANCE.md).
+    (the definition of nccl-tests' PERFORMANCE.md; the other collectives' factors are in
+    ``collective_table``).
     """
-    return algbw * 2 * (p - 1) / p
+    return COLLECTIVES["allreduce"].busbw(algbw, p)
 
 
 @dataclass(frozen=True)

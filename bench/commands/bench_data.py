@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import DType
+from collectives.dtypes import DType
 
 PERIOD = 11
 

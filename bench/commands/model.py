@@ -14,7 +14,9 @@ import re
 import sys
 from typing import Any
 
-from .. import costmodel, defaults, emulate, forecast
+from collectives import costmodel, defaults
+
+from .. import emulate, forecast
 from ..cli import UsageError, command
 from . import checks
 from .benchlib import bus_bandwidth, parse_size
@@ -69,7 +71,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def _params(args: argparse.Namespace) -> tuple[costmodel.CostParams, list[int], str]:
     if args.fitted:
-        from .. import as_communicator
+        from collectives import as_communicator
 
         comm = as_communicator(None)
         if comm.size < 2:

@@ -1,6 +1,6 @@
 """Compressor benchmark: throughput, compression ratio and error, plus kernel side-by-sides.
 
-Run: ``python bench/compressors.py --out bench/results/compressors.json`` (writes a markdown
+Run: ``python -m bench.compressor_sweep --out bench/results/compressors.json`` (writes a markdown
 table next to the JSON). Throughput is GB/s of float32 input, median over repeats, with
 preallocated outputs (payload buffers reused through ``compress(out=)``, ``decompress(out=)``).
 """

@@ -58,7 +58,7 @@ def _mpi4py() -> Finding:
 
 @check("CUDA-aware MPI")
 def _cuda_aware() -> Finding:
-    from ..device import mpi_is_cuda_aware
+    from collectives.device import mpi_is_cuda_aware
 
     if mpi_is_cuda_aware():
         return Finding(True, "yes: algorithm='mpi' hands device buffers to MPI directly")

@@ -1,0 +1,46 @@
+"""The layout's promises: the library (collectives, compressors) never imports the lab
+(bench), and compressors never imports collectives."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def imported(package: str) -> set[str]:
+    """Top-level names every module of ``package`` imports (absolute imports)."""
+    names = set()
+    for path in (ROOT / package).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("package,forbidden", [("collectives", {"bench"}),
+                                               ("compressors", {"bench", "collectives"})])
+def test_dependencies_point_one_way(package: str, forbidden: set[str]) -> None:
+    assert not imported(package) & forbidden
+
+
+def test_importing_the_library_loads_no_lab_module() -> None:
+    code = ("import sys, collectives, compressors, collectives.ddp, collectives.policy\n"
+            "print(sorted(m for m in sys.modules if m == 'bench' or m.startswith('bench.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd="/")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_command_runs_from_the_installed_package() -> None:
+    out = subprocess.run([sys.executable, "-m", "bench", "--version"], capture_output=True,
+                         text=True, timeout=120, cwd="/")
+    assert out.returncode == 0 and out.stdout.startswith("compcoll "), out.stderr
