@@ -10,11 +10,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from examples_util import example, public, run  # noqa: E402
-
 import collectives  # noqa: E402
 
 from common import Checker  # noqa: E402
+from examples_util import example, public, run  # noqa: E402
 
 chk = Checker("docstring examples")
 for name, obj in sorted(public(collectives).items()):

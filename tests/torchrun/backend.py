@@ -13,27 +13,17 @@ Run: torchrun --standalone --nproc-per-node 2 tests/torchrun/backend.py
 
 from __future__ import annotations
 
-import os
-import sys
-import traceback
-
 import torch
 import torch.distributed as dist
 
 import collectives.backend  # noqa: F401  (where torch's autoloading is off)
 from bench.commands.train_models import task
 
-R, P = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+from torchrun_checks import Checks, P, R
+
 STEPS, BATCH = 150, 16
-failures: list[str] = []
-cases = 0
-
-
-def check(cond: bool, what: str) -> None:
-    global cases
-    cases += 1
-    if not cond:
-        failures.append(f"rank {R}: {what}")
+checks = Checks("torchrun backend")
+check = checks.check
 
 
 def same_on_every_rank(t: torch.Tensor, what: str) -> None:
@@ -104,23 +94,16 @@ def train(backend: str) -> tuple[float, int]:
 
 
 def main() -> None:
-    try:
-        plain, _ = train("gloo")
-        ours, compressed = train("compcoll")
-        check(compressed >= STEPS, f"DDP's buckets went through the compressed path "
-                                   f"({compressed} compressed calls in {STEPS} steps)")
-        check(ours <= plain * 1.1 + 0.01, f"training loss {ours:.4f} on compcoll, "
-                                           f"{plain:.4f} on gloo (within 10% + 0.01)")
-        if R == 0:
-            print(f"backend training: gloo loss {plain:.4f}, compcoll loss {ours:.4f}",
-                  flush=True)
-    except Exception as exc:  # noqa: BLE001 - reported as a failure
-        check(False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}")
-    for f in failures:
-        print("FAIL", f, flush=True)
-    print(f"torchrun backend: np={P} cases={cases} FAILURES {len(failures)}", flush=True)
-    sys.exit(1 if failures else 0)  # every rank's verdict reaches torchrun's exit code
+    plain, _ = train("gloo")
+    ours, compressed = train("compcoll")
+    check(compressed >= STEPS, f"DDP's buckets went through the compressed path "
+                               f"({compressed} compressed calls in {STEPS} steps)")
+    check(ours <= plain * 1.1 + 0.01, f"training loss {ours:.4f} on compcoll, "
+                                       f"{plain:.4f} on gloo (within 10% + 0.01)")
+    if R == 0:
+        print(f"backend training: gloo loss {plain:.4f}, compcoll loss {ours:.4f}", flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    checks.guarded("backend", main)
+    checks.finish()

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import re
-import sys
-import traceback
 from pathlib import Path
 
 import torch
@@ -24,18 +21,12 @@ import torch.distributed as dist
 
 from bench.commands.train_models import task
 
-R, P = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+from torchrun_checks import Checks, P, R
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 STEPS, BATCH = 30, 16
-failures: list[str] = []
-cases = 0
-
-
-def check(cond: bool, what: str) -> None:
-    global cases
-    cases += 1
-    if not cond:
-        failures.append(f"rank {R}: {what}")
+checks = Checks("torchrun front door")
+check = checks.check
 
 
 def snippet() -> tuple[str, str]:
@@ -86,11 +77,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as exc:  # noqa: BLE001 - reported as a failure
-        check(False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}")
-    for f in failures:
-        print("FAIL", f, flush=True)
-    print(f"torchrun front door: np={P} cases={cases} FAILURES {len(failures)}", flush=True)
-    sys.exit(1 if failures else 0)
+    checks.guarded("front door", main)
+    checks.finish()

@@ -1,0 +1,213 @@
+"""A compressed reduce-scatter for FSDP2 (``torch.distributed.fsdp.fully_shard``).
+
+FSDP2 reduce-scatters each parameter group's gradients: the input is the flat concatenation
+of every rank's shard (chunk j belongs to rank j), the output this rank's shard. With
+:class:`CompressedReduceScatter` every rank compresses chunk j for its owner (with error
+feedback), the payloads cross in one all-to-all, and the owner decodes the p contributions
+and sums them in fp32 in rank order (the same code on every rank, whatever order the
+messages arrive in), then applies FSDP's reduction: ``SUM``, ``AVG`` (divides by p) or
+``PREMUL_SUM(f)`` (multiplies by f); other reductions are refused. FSDP divides before or
+after the collective itself where it wants to (fp16), so those factors need nothing here.
+
+* Inputs of fewer than ``min_numel`` elements (default 16384) and dtypes other than float32
+  and bfloat16 go through ``torch.distributed.reduce_scatter_tensor`` on the group, exact.
+* Error feedback (on by default) keeps what the payloads missed and adds it to the next
+  call's input, one residual per input (element count, dtype) on each instance. FSDP2 does
+  not say which parameter group a call belongs to, and its input buffers are allocated
+  afresh for every call (on the CPU at a new address nearly every step, so an address is no
+  key: it would grow a residual per step); but a module's reduce-scatter runs once per
+  backward, for its one parameter group. So give every ``fully_shard`` module an instance of
+  its own (:func:`compress_reduce_scatter` does): each residual then belongs to one group.
+  One instance shared by several modules is right while their inputs differ in size;
+  modules with inputs of the same size would share a residual (each gets the error the other
+  left), which ``error_feedback=False`` avoids. The 8-bit default quantizes with stochastic
+  rounding (unbiased) and trains without feedback too.
+* ``async_op=True`` returns a completed ``Work``: FSDP2 calls the reduce-scatter with
+  ``async_op=False`` on its reduce-scatter stream and waits for it there, so the collective
+  always runs to the end inside the call.
+* Tensors on an accelerator are staged through host memory (the transport is the group's
+  host engine, gloo); the result is copied back into the output.
+
+Compressed and exact calls keep count in ``calls`` (``compressed``, ``plain``).
+
+Example::
+
+    >>> from torch.distributed.fsdp import fully_shard
+    >>> from collectives.fsdp import compress_reduce_scatter
+    >>> for layer in model.layers:
+    ...     fully_shard(layer)
+    >>> fully_shard(model)
+    >>> comms = compress_reduce_scatter(model, "uniform:bits=8")  # one per FSDP module
+    >>> # or by hand: module.set_custom_reduce_scatter(CompressedReduceScatter(...))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
+
+import compressors
+
+from .backend import _work
+from .compressed import make_ctx, resolve_compressor
+from .compressed.checks import check_feedback
+from .compressed.common import Ctx, wire_sizes
+from .dtypes import lookup
+from .exchange import alltoallv
+from .progress import Handle
+from .transport import as_communicator
+
+__all__ = ["CompressedReduceScatter", "compress_reduce_scatter"]
+
+_COMPRESSED_DTYPES = (torch.float32, torch.bfloat16)
+
+
+class CompressedReduceScatter(ReduceScatter):
+    """FSDP2's reduce-scatter with each rank's chunks compressed for their owners (see the
+    module doc). With the ``none`` compressor the result equals the exact reduce-scatter up
+    to summation order."""
+
+    def __init__(self, compressor: Any = "uniform:bits=8", *, error_feedback: bool = True,
+                 min_numel: int = 16384, timeout: float | None = None,
+                 name: str = "fsdp") -> None:
+        self.compressor = resolve_compressor(compressor)
+        if self.compressor.capabilities.allreduce_steps:
+            raise ValueError(f"{self.compressor.name} needs collective steps of its own "
+                             "(an allreduce), not a reduce-scatter; use a quantizer, a "
+                             "sparsifier or a half-precision compressor")
+        if not (isinstance(min_numel, int) and min_numel >= 0):
+            raise ValueError(f"min_numel must be an integer >= 0, got {min_numel!r}")
+        self.feedback = compressors.ErrorFeedback(self.compressor) if error_feedback else None
+        check_feedback(self.feedback, self.compressor)
+        self.min_numel, self.timeout = min_numel, timeout
+        self.calls = {"compressed": 0, "plain": 0}
+        self._steps: dict[str, int] = {}
+        self.name = name  # names the residuals and seeds the stochastic rounding
+
+    def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype,
+                 device: torch.device) -> torch.Tensor:
+        """A fresh buffer, as FSDP's default (its output becomes the sharded gradient)."""
+        return torch.empty(tuple(size), dtype=dtype, device=device)
+
+    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor,
+                 group: dist.ProcessGroup, op: Any, async_op: bool = False) -> Any:
+        """Reduce-scatter ``input_tensor`` (p chunks) into ``output_tensor`` (this rank's)."""
+        p = group.size()
+        scale = _scale(op, p)
+        n = input_tensor.numel()
+        if n != output_tensor.numel() * p:
+            raise ValueError(f"reduce-scatter input of {n} elements for an output of "
+                             f"{output_tensor.numel()} on {p} ranks (needs p times as many)")
+        if input_tensor.dtype not in _COMPRESSED_DTYPES or n < max(self.min_numel, 1) \
+                or not (input_tensor.is_contiguous() and output_tensor.is_contiguous()) \
+                or p == 1:
+            self.calls["plain"] += 1
+            return _plain(output_tensor, input_tensor, group, op, scale, async_op)
+        self.calls["compressed"] += 1
+        comm = as_communicator(group)
+        host = input_tensor.detach().reshape(-1).cpu()
+        x = host if host.dtype == torch.bfloat16 else host.numpy()  # the compressor's view
+        name = self._name(input_tensor)
+        step = self._steps.get(name, 0)
+        self._steps[name] = step + 1
+        ctx = make_ctx(comm, comm.next_tag(), self.compressor, self.feedback, name, step, x,
+                       lookup(str(input_tensor.dtype).removeprefix("torch.")))
+        ctx.out = ctx.buffer("owned", n // p)
+
+        def finish() -> None:
+            if scale != 1.0:  # applied to the fp32 sum: one rounding, on n/p elements
+                ctx.out *= np.float32(scale)
+            output_tensor.reshape(-1).copy_(torch.from_numpy(ctx.out))
+
+        Handle(reduce_scatter(ctx), finish, "compressed reduce-scatter (FSDP)",
+               self.timeout).wait()
+        return _done() if async_op else None
+
+    def _name(self, t: torch.Tensor) -> str:
+        """The residual (and compressor) name of an input: the same on every rank and in
+        every run of the same program (stochastic rounding is seeded from it)."""
+        return f"{self.name}/rs{t.numel()}:{str(t.dtype).removeprefix('torch.')}"
+
+
+def compress_reduce_scatter(module: torch.nn.Module, compressor: Any = "uniform:bits=8", *,
+                            error_feedback: bool = True, min_numel: int = 16384,
+                            timeout: float | None = None) -> list[CompressedReduceScatter]:
+    """Give every ``fully_shard`` module in ``module`` (itself included) a
+    :class:`CompressedReduceScatter` of its own, so each residual belongs to one parameter
+    group; returns them in ``module.named_modules()`` order, each named by its module's
+    path. Call it on every rank alike."""
+    from torch.distributed.fsdp import FSDPModule
+
+    out = []
+    for path, m in module.named_modules():
+        if isinstance(m, FSDPModule):
+            comm = CompressedReduceScatter(compressor, error_feedback=error_feedback,
+                                           min_numel=min_numel, timeout=timeout,
+                                           name=f"fsdp:{path or '.'}")
+            m.set_custom_reduce_scatter(comm)
+            out.append(comm)
+    if not out:
+        raise ValueError("no fully_shard module in the model: call fully_shard first")
+    return out
+
+
+def reduce_scatter(ctx: Ctx) -> Any:
+    """Steps of a compressed reduce-scatter of ``ctx.x`` (p equal chunks): chunk j compressed
+    for rank j with the residual ``ctx.name``, exchanged, and this rank's decoded
+    contributions summed into ``ctx.out`` in rank order (the first half of
+    ``compressed.rsag``)."""
+    p, r = ctx.comm.size, ctx.comm.rank
+    m = int(np.prod(ctx.x.shape)) // p
+    blocks = [(j * m, (j + 1) * m) for j in range(p)]
+    payloads = ctx.compress_compensated(ctx.x, ctx.name, blocks,
+                                        [f"{ctx.name}/{j}" for j in range(p)])
+    got = yield from alltoallv(ctx.comm, ctx.tag, [ctx.wire(pl) for pl in payloads],
+                               wire_sizes(ctx.comp, [(m,)] * p, payloads[0].dtype))
+    for j, data in enumerate(got):  # rank order: the same sum however the messages arrived
+        own = payloads[r] if j == r else None
+        if j == 0:
+            ctx.decode_bytes_into(data, ctx.out, own)
+        else:
+            ctx.decode_bytes_add(data, ctx.out, own)
+
+
+def _scale(op: Any, p: int) -> float:
+    """The factor FSDP's reduction applies to the sum."""
+    if op == dist.ReduceOp.SUM:
+        return 1.0
+    if op == dist.ReduceOp.AVG:
+        return 1.0 / p
+    factor = getattr(op, "factor", None)
+    if op == dist.ReduceOp.PREMUL_SUM and factor is not None:
+        return float(factor)
+    raise ValueError(f"the compressed reduce-scatter sums: it takes ReduceOp SUM, AVG or "
+                     f"PREMUL_SUM(factor), got {op!r}")
+
+
+def _plain(out: torch.Tensor, x: torch.Tensor, group: Any, op: Any, scale: float,
+           async_op: bool) -> Any:
+    """The exact reduce-scatter on the group: a sum, then the factor (gloo has no AVG and no
+    PREMUL_SUM)."""
+    if not x.is_floating_point():
+        return dist.reduce_scatter_tensor(out, x, op=op, group=group, async_op=async_op)
+    work = dist.reduce_scatter_tensor(out, x.contiguous(), op=dist.ReduceOp.SUM, group=group,
+                                      async_op=True)
+    if async_op and scale == 1.0:
+        return work
+    if not async_op:
+        work.wait()
+        if scale != 1.0:
+            out.mul_(scale)
+        return None
+    return _work(work.get_future().then(lambda f: (f.value(), out.mul_(scale))[0]))
+
+
+def _done() -> Any:
+    fut: torch.futures.Future[Any] = torch.futures.Future()
+    fut.set_result(None)
+    return _work(fut)
