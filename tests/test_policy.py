@@ -409,3 +409,29 @@ def test_decisions_are_logged_on_rank_zero(caplog) -> None:
     with caplog.at_level("INFO", logger="collectives.policy.auto"):
         again.update(other, 2)
     assert not caplog.records, "only rank 0 logs (every rank decides alike)"
+
+
+def test_a_sampled_layer_is_timed_once_on_all_of_it() -> None:
+    from collectives.policy.profile import PER_CANDIDATE, SAMPLE, Profiler
+
+    cands = ("none", "fp16", "topk:ratio=0.01", "powersgd:rank=2")
+    prof = Profiler(cands)
+    big = lay("table", 4 * SAMPLE, "embedding", shape=(4096, SAMPLE // 1024))
+    small = lay("small", 1 << 10)
+    rng = np.random.default_rng(0)
+    g = np.zeros(big.shape, np.float32)
+    g[rng.choice(4096, 30, replace=False)] = 1.0  # sparser than k: top-k's cost follows data
+    prof.observe(0, big, g)
+    prof.observe(0, small, rng.standard_normal(1 << 10))
+    assert prof.whole == {"table"}  # the small layer is its own sample
+    times = prof.stats["table"][1:].reshape(-1, PER_CANDIDATE)[:, 2:4].copy()
+    assert np.isfinite(times).all()
+    prof.observe(1, big, g)
+    after = prof.stats["table"][1:].reshape(-1, PER_CANDIDATE)[:, 2:4]
+    low_rank = cands.index("powersgd:rank=2")
+    keep = [c for c in range(len(cands)) if c != low_rank]
+    assert np.array_equal(after[keep], times[keep])  # not overwritten by scaled sample times
+    state = prof.state_dict()
+    again = Profiler(cands)
+    again.load_state_dict(state)
+    assert again.whole == {"table"}
