@@ -14,7 +14,8 @@ setup: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/compcoll bench allreduce -np $(NP) -b 1K -e 64M -f 4 \
-		--json bench/results/allreduce_shm_np$(NP).json --plot bench/results/allreduce_shm_np$(NP).png
+		--json bench/results/allreduce_shm_np$(NP).json --plot bench/results/allreduce_shm_np$(NP).png \
+		--txt bench/results/allreduce_shm_np$(NP).txt
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check collectives compressors tests bench

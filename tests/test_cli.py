@@ -59,7 +59,8 @@ def compcoll(*args: str, env: dict[str, str] | None = None, timeout: float = 40
 def test_bench_allreduce_sweep_writes_checked_rows(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     res = compcoll("bench", "allreduce", "-np", "2", "-b", "1K", "-e", "16K", "-f", "4", *SMALL,
-                   "--json", str(out), "--csv", str(tmp_path / "out.csv"))
+                   "--json", str(out), "--csv", str(tmp_path / "out.csv"),
+                   "--txt", str(tmp_path / "out.txt"))
     assert res.returncode == 0, res.stdout + res.stderr
     doc = json.loads(out.read_text())
     assert doc["ranks"] == 2
@@ -85,6 +86,9 @@ def test_bench_allreduce_sweep_writes_checked_rows(tmp_path: Path) -> None:
     assert len(table) == 3 * len(ALGOS) and all(" sum " in line for line in table)
     assert any(line.startswith("# cost model fitted on this communicator: alpha") for line in lines)
     assert "# Out of bounds values : 0 OK" in lines
+    text = (tmp_path / "out.txt").read_text().splitlines()  # the table, with its command line
+    assert text[1].startswith("# command: compcoll bench allreduce -np 2 -b 1K")
+    assert text[0] == lines[0] and text[2:] == [line for line in lines[1:] if line]
     avg = [line for line in lines if line.startswith("# Avg bus bandwidth")]
     assert [line.split()[-1] for line in avg] == [a.split(":")[0] for a in ALGOS]
 

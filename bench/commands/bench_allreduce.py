@@ -76,6 +76,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     place.add_argument("--outofplace", dest="inplace", action="store_false",
                        help="time only out of place (the result goes to a separate buffer)")
     p.add_argument("--json", metavar="PATH", help="write metadata and rows as JSON")
+    p.add_argument("--txt", metavar="PATH",
+                   help="write the printed table, headed by the command line, as text")
     p.add_argument("--csv", metavar="PATH", help="write the rows as CSV")
     p.add_argument("--plot", metavar="PATH", help="plot busbw against size (matplotlib)")
     p.add_argument("-np", dest="np", type=checks.positive_int, metavar="N",
@@ -122,7 +124,7 @@ def _check(args: argparse.Namespace, dtype: dtypes.DType) -> tuple[str, list[int
         checks.compressor(spec)
     check_specs(specs, dtype, op, args.scheme)
     _check_engine(_algorithms(args.algo), "mpi")  # the command runs on MPI_COMM_WORLD
-    for option in ("--json", "--csv", "--plot"):
+    for option in ("--json", "--csv", "--plot", "--txt"):
         checks.output_path(getattr(args, option[2:]), option)
     if (args.delay or args.burst or args.mtu != 1500) and not args.link:
         raise UsageError("--delay, --burst and --mtu shape an emulated link; add --link RATE")
@@ -179,7 +181,11 @@ def run(args: argparse.Namespace) -> int:
     cost = costmodel.params(comm)
     rank0 = comm.rank == 0
     bar = _progress(len(sizes) * len(pairs), comm.rank)
-    out = bar.write if bar is not None else print
+    printed: list[str] = []  # the table as printed, for --txt
+
+    def out(line: str) -> None:
+        printed.append(line)
+        (bar.write if bar is not None else print)(line)
     real = [s for s in specs if s != NONE]
     lay = report.layout(places(args.inplace), max(map(len, specs)) if real else 0)
     if rank0:
@@ -223,6 +229,10 @@ def run(args: argparse.Namespace) -> int:
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "cost_params": {"alpha": cost.alpha, "beta": cost.beta, "gamma": cost.gamma},
                 "link": _link(args)}
+        if args.txt:
+            with open(args.txt, "w") as f:
+                f.write("\n".join([printed[0], f"# command: {' '.join(meta['command'])}",
+                                   *printed[1:]]) + "\n")
         if args.json:
             report.write_json(args.json, meta, rows)
         if args.csv:
