@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from compressors.arrays import torch_from_raw, torch_raw
+
 from . import device
 from .dtypes import DType, from_numpy, lookup
 
@@ -44,13 +46,8 @@ def _is_torch(x: Any) -> bool:
 
 
 def _torch_raw(t: Any) -> np.ndarray:
-    """Zero-copy numpy view of a contiguous CPU tensor's elements (bf16 as uint16 bits)."""
-    import torch
-
-    t = t.detach().reshape(-1)
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(np.uint16)
-    return t.numpy()
+    """Zero-copy flat numpy view of a contiguous CPU tensor's elements (bf16 as uint16 bits)."""
+    return torch_raw(t.reshape(-1))
 
 
 def _numpy_raw(a: np.ndarray, dtype: DType) -> np.ndarray:
@@ -236,12 +233,7 @@ def like(buf: Any, host: np.ndarray, dtype: DType) -> Any:
             return host.view(buf.dtype.newbyteorder("=")).astype(buf.dtype)
         return host.view(buf.dtype)
     if _is_torch(buf):
-        import torch
-
-        t = torch.from_numpy(host.view(np.int16) if dtype.name == "bfloat16" else host)
-        if dtype.name == "bfloat16":
-            t = t.view(torch.bfloat16)
-        return t.to(buf.device)
+        return torch_from_raw(host, dtype.name).to(buf.device)
     if type(buf).__module__.startswith("cupy"):
         import cupy
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from . import kernels
 
-__all__ = ["FLOAT_DTYPES", "ArrayInfo", "from_f32", "from_host", "storage_dtype", "to_f32",
-           "to_host"]
+__all__ = ["FLOAT_DTYPES", "ArrayInfo", "from_f32", "from_host", "is_torch", "storage_dtype",
+           "to_f32", "to_host", "torch_from_raw", "torch_raw"]
 
 #: Logical dtypes a compressor accepts, with the numpy dtype that stores them.
 FLOAT_DTYPES: dict[str, np.dtype] = {
@@ -60,9 +60,32 @@ def storage_dtype(dtype: str) -> np.dtype:
         raise ValueError(f"dtype must be one of {sorted(FLOAT_DTYPES)}, got {dtype!r}") from None
 
 
-def _is_torch(x: Any) -> bool:
+def is_torch(x: Any) -> bool:
+    """Whether x is a torch tensor (without importing torch)."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.Tensor)
+
+
+def torch_raw(t: Any) -> np.ndarray:
+    """Zero-copy numpy view of a contiguous CPU tensor's elements, in its shape: bfloat16,
+    which numpy lacks, as its uint16 bit patterns. The one place torch and numpy meet (the
+    collectives' buffers, the compressors' inputs and the DDP hook all come here)."""
+    import torch
+
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
+
+
+def torch_from_raw(arr: np.ndarray, dtype: str) -> Any:
+    """The CPU tensor sharing ``arr``'s memory, of logical ``dtype`` (uint16 bit patterns
+    become bfloat16): the inverse of :func:`torch_raw`."""
+    import torch
+
+    if dtype == "bfloat16":
+        return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(arr)
 
 
 def _is_cupy(x: Any) -> bool:
@@ -77,20 +100,14 @@ def host_f32(x: Any) -> bool:
 
 def to_host(x: Any) -> tuple[np.ndarray, ArrayInfo]:
     """Host numpy view of x (zero-copy for numpy and CPU torch) and where it came from."""
-    if _is_torch(x):
-        import torch
-
+    if is_torch(x):
         name = str(x.dtype).removeprefix("torch.")
         storage_dtype(name)
         t = x.detach()
         device = t.device
         if device.type != "cpu":
             t = t.cpu()  # device tensors are staged through host memory
-        if name == "bfloat16":
-            arr = t.contiguous().view(torch.int16).numpy().view(np.uint16)
-        else:
-            arr = t.contiguous().numpy()
-        return arr, ArrayInfo("torch", name, tuple(x.shape), device)
+        return torch_raw(t.contiguous()), ArrayInfo("torch", name, tuple(x.shape), device)
     if _is_cupy(x):
         storage_dtype(str(x.dtype))
         return x.get(), ArrayInfo("cupy", str(x.dtype), tuple(x.shape), x.device)
@@ -110,12 +127,7 @@ def to_host(x: Any) -> tuple[np.ndarray, ArrayInfo]:
 def from_host(arr: np.ndarray, info: ArrayInfo) -> Any:
     """Hand a host array back in the caller's type, dtype and device."""
     if info.kind == "torch":
-        import torch
-
-        if info.dtype == "bfloat16":
-            t = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
-        else:
-            t = torch.from_numpy(arr)
+        t = torch_from_raw(arr, info.dtype)
         return t if info.device is None or info.device.type == "cpu" else t.to(info.device)
     if info.kind == "cupy":
         import cupy

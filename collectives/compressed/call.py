@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from compressors import ErrorFeedback, kernels
+from compressors.arrays import torch_from_raw
 
 from .. import buffers, costmodel, ops
 from ..config import defaults
@@ -22,9 +23,7 @@ from .select import choose
 def _input_view(work: np.ndarray, dtype: Any, shape: tuple[int, ...]) -> Any:
     """The compressor's view of the buffer: numpy, or a torch tensor for bfloat16."""
     if dtype.name == "bfloat16":
-        import torch
-
-        return torch.from_numpy(work.view(np.int16)).view(torch.bfloat16).reshape(shape)
+        return torch_from_raw(work, "bfloat16").reshape(shape)
     return work.reshape(shape)
 
 

@@ -10,6 +10,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from compressors.arrays import torch_raw
+
 from .. import api, ops
 from ..dtypes import lookup
 from . import groups as grouping
@@ -117,10 +119,8 @@ def _norm_observer(state: CompressionState, step: int, index: int) -> Any:
         if flat.device.type != "cpu":
             sq = float(torch.linalg.vector_norm(flat, dtype=torch.float64)) ** 2
         else:
-            flat = flat.contiguous()
             dtype = lookup(str(flat.dtype))
-            raw = flat.view(torch.int16) if dtype.name == "bfloat16" else flat
-            sq = ops.sum_squares(raw.numpy().view(dtype.raw), dtype)
+            sq = ops.sum_squares(torch_raw(flat.contiguous()), dtype)
         if np.isfinite(sq):  # a skipped (non-finite) step says nothing about the regime
             state.policy.observe_norm(step, sq, index)  # type: ignore[attr-defined]
     return observe

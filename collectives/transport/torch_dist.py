@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from compressors.arrays import torch_from_raw
+
 from ..dtypes import DType
 from ..errors import CommunicatorUnusable, TransportError
 from .base import Communicator, Request
@@ -192,10 +194,7 @@ class TorchCommunicator(Communicator):
         """torch.distributed.all_reduce in place on ``buf`` (the engine's own algorithm)."""
         self.check_usable()
         torch, dist = _torch()
-        if dtype.name == "bfloat16":
-            t = torch.from_numpy(buf.view(np.int16)).view(torch.bfloat16)
-        else:
-            t = torch.from_numpy(buf)
+        t = torch_from_raw(buf, dtype.name)
         rop = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT,
                "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[op]
         staged, land = self._out(t, read_too=True)
