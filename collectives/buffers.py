@@ -16,8 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from compressors.arrays import torch_from_raw, torch_raw
-
 from . import device
 from .dtypes import DType, from_numpy, lookup
 
@@ -47,6 +45,10 @@ def _is_torch(x: Any) -> bool:
 
 def _torch_raw(t: Any) -> np.ndarray:
     """Zero-copy flat numpy view of a contiguous CPU tensor's elements (bf16 as uint16 bits)."""
+    # here, not at import: `import collectives` (and `compcoll doctor`) must work without the
+    # build, and compressors loads the extension
+    from compressors.arrays import torch_raw
+
     return torch_raw(t.reshape(-1))
 
 
@@ -233,6 +235,8 @@ def like(buf: Any, host: np.ndarray, dtype: DType) -> Any:
             return host.view(buf.dtype.newbyteorder("=")).astype(buf.dtype)
         return host.view(buf.dtype)
     if _is_torch(buf):
+        from compressors.arrays import torch_from_raw
+
         return torch_from_raw(host, dtype.name).to(buf.device)
     if type(buf).__module__.startswith("cupy"):
         import cupy
