@@ -20,6 +20,7 @@ import collectives.backend  # noqa: F401  (where torch's autoloading is off)
 from bench.commands.train_models import task
 
 from torchrun_checks import Checks, P, R
+from torchrun_checks import train as train_steps
 
 STEPS, BATCH = 150, 16
 checks = Checks("torchrun backend")
@@ -73,16 +74,8 @@ def train(backend: str) -> tuple[float, int]:
     dist.init_process_group(backend)
     t = task("cnn", 0)
     model = torch.nn.parallel.DistributedDataParallel(t.make())
-    opt = torch.optim.Adam(model.parameters(), 3e-3)
+    train_steps(model, t.train, STEPS, BATCH)
     x, y = t.train
-    g = torch.Generator().manual_seed(1)
-    loss = torch.zeros(())
-    for _ in range(STEPS):
-        idx = torch.randint(0, len(x), (P * BATCH,), generator=g)[R * BATCH:(R + 1) * BATCH]
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
-        loss.backward()
-        opt.step()
     with torch.no_grad():  # the whole training set, the same on every rank
         full = torch.nn.functional.cross_entropy(model.module(x), y).item()
     pg = dist.distributed_c10d._get_default_group()

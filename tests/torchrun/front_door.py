@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from bench.commands.train_models import task
 
-from torchrun_checks import Checks, P, R
+from torchrun_checks import Checks, P, train
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 STEPS, BATCH = 30, 16
@@ -47,17 +47,7 @@ def main() -> None:
     scope: dict = {"model": model}
     exec(compile(before, "README.md front-door", "exec"), scope)  # noqa: S102 - the test's point
     state = scope["state"]
-    opt = torch.optim.Adam(model.parameters(), 3e-3)
-    x, y = t.train
-    g = torch.Generator().manual_seed(1)
-    losses = []
-    for _ in range(STEPS):
-        idx = torch.randint(0, len(x), (P * BATCH,), generator=g)[R * BATCH:(R + 1) * BATCH]
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = train(model, t.train, STEPS, BATCH)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(compile(after, "README.md front-door", "exec"), scope)  # noqa: S102

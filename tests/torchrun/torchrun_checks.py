@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 R, P = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
@@ -48,3 +48,22 @@ class Checks:
               flush=True)
         sys.stderr.flush()
         os._exit(1 if self.failures else 0)
+
+
+def train(model: Any, data: tuple[Any, Any], steps: int, batch: int) -> list[float]:
+    """Adam (3e-3) on the same batches on every run: each rank its slice of a seeded draw of
+    ``P * batch`` training examples per step. Returns the per-step losses."""
+    import torch
+
+    opt = torch.optim.Adam(model.parameters(), 3e-3)
+    x, y = data
+    g = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(steps):
+        idx = torch.randint(0, len(x), (P * batch,), generator=g)[R * batch:(R + 1) * batch]
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
