@@ -25,7 +25,7 @@ import sys
 from typing import Any
 
 from collectives import as_communicator, costmodel, defaults, dtypes, ops
-from collectives.algorithms import REGISTRY
+from collectives.algorithms import REGISTRY, modeled
 from collectives.algorithms import get as get_algorithm
 
 from .. import emulate
@@ -213,7 +213,8 @@ def run(args: argparse.Namespace) -> int:
             bar.close()
     bad = [r for r in rows if r["wrong"] or not r["ranks_agree"]]
     if rank0:
-        for line in report.footer(rows):
+        auto_regret = report.regret(rows, tuple(a.name for a in modeled()))
+        for line in [*report.footer(rows), *report.regret_lines(auto_regret)]:
             out(line)
         for r in bad:
             what = r["algo"] if r["compressor"] == NONE else f"{r['algo']} with {r['compressor']}"
@@ -228,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
                 "hostname": socket.gethostname(),
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "cost_params": {"alpha": cost.alpha, "beta": cost.beta, "gamma": cost.gamma},
-                "link": _link(args)}
+                "link": _link(args), "auto_regret": auto_regret}
         if args.txt:
             with open(args.txt, "w") as f:
                 f.write("\n".join([printed[0], f"# command: {' '.join(meta['command'])}",

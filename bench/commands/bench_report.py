@@ -114,6 +114,58 @@ def footer(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+#: Sizes from which ``auto``'s regret is judged on shared memory (below it, per-call costs
+#: of a few tens of microseconds decide and no algorithm's choice matters much).
+REGRET_FROM = 1 << 20
+
+
+def regret(rows: list[dict[str, Any]], modeled: tuple[str, ...],
+           from_bytes: int = REGRET_FROM) -> list[dict[str, Any]]:
+    """``auto``'s regret at each size and placement from ``from_bytes``: the time of the
+    algorithm it picked over the best modeled algorithm's, both as measured in their own rows
+    of the same run (``pick``: the decision alone), and ``auto``'s own row over the best
+    (``own``: the decision plus the run's noise and the cost of choosing).
+
+    Example::
+
+        >>> rows = [{"size": 1 << 20, "inplace": False, "compressor": "none", "algo": a,
+        ...          "time_us": t, "auto_choice": c} for a, t, c in
+        ...         [("ring", 120.0, None), ("tree", 100.0, None), ("auto", 125.0, "ring")]]
+        >>> [(r["best"], r["pick"], r["own"]) for r in regret(rows, ("ring", "tree"))]
+        [('tree', 1.2, 1.25)]
+    """
+    cells: dict[tuple[int, bool], dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("compressor", "none") == "none" and r["size"] >= from_bytes:
+            cells.setdefault((r["size"], r["inplace"]), {})[r["algo"]] = r
+    out = []
+    for (size, inplace), by in sorted(cells.items()):
+        auto = by.get("auto")
+        timed = {a: by[a]["time_us"] for a in modeled if a in by}
+        if auto is None or auto.get("auto_choice") not in timed:
+            continue
+        best = min(timed, key=lambda a: (timed[a], a))
+        out.append({"size": size, "inplace": inplace, "choice": auto["auto_choice"],
+                    "best": best, "pick": round(timed[auto["auto_choice"]] / timed[best], 4),
+                    "own": round(auto["time_us"] / timed[best], 4)})
+    return out
+
+
+def regret_lines(table: list[dict[str, Any]]) -> list[str]:
+    """The footer's summary of :func:`regret` (nothing when auto or its rivals did not run)."""
+    if not table:
+        return []
+    worst = max(table, key=lambda r: r["pick"])
+    picks = sorted(r["pick"] for r in table)
+    owns = sorted(r["own"] for r in table)
+    where = "in place" if worst["inplace"] else "out of place"
+    return [f"# auto regret from {REGRET_FROM >> 20} MB (its pick's time / the best "
+            f"algorithm's, same size and placement, {len(table)} cells): "
+            f"median {picks[len(picks) // 2]:.3f}, max {worst['pick']:.3f} "
+            f"({worst['choice']} against {worst['best']} at {worst['size']} B {where}); "
+            f"auto's own row: median {owns[len(owns) // 2]:.3f}, max {owns[-1]:.3f}"]
+
+
 def write_json(path: str, meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     with open(path, "w") as f:
         json.dump({**meta, "rows": rows}, f, indent=1)
