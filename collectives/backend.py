@@ -46,6 +46,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from . import torchwork
+
 NAME = "compcoll"
 
 __all__ = ["NAME", "BackendConfig", "CompressedProcessGroup", "configure", "register"]
@@ -156,8 +158,8 @@ class CompressedProcessGroup(dist.ProcessGroup):
         if not self._compresses(tensors, opts):
             self.plain += 1
             if _is(opts, dist.ReduceOp.AVG):  # gloo has no AVG: sum, then divide
-                return _then(self._inner.allreduce(tensors, _sum_opts()),
-                             lambda: [t.div_(self._size) for t in tensors])
+                return torchwork.then(self._inner.allreduce(tensors, _sum_opts()),
+                                      lambda: [t.div_(self._size) for t in tensors])
             return self._inner.allreduce(tensors, opts)
         self.compressed += 1
         return self._start(tensors[0], avg=_is(opts, dist.ReduceOp.AVG))
@@ -183,7 +185,7 @@ class CompressedProcessGroup(dist.ProcessGroup):
                                 name=name, step=step, timeout=self._timeout)
         fut: torch.futures.Future[Any] = torch.futures.Future()
         self._worker.submit(Job(fut, [t], [(None, t, handle, {})], {}))
-        return _work(fut)
+        return torchwork.from_future(fut)
 
     def shutdown(self) -> None:
         if self._worker is not None:
@@ -209,22 +211,10 @@ def _is(opts: Any, *ops: Any) -> bool:
     return any(opts.reduceOp == op for op in ops)
 
 
-def _work(fut: Any) -> Any:
-    from torch._C._distributed_c10d import _create_work_from_future
-
-    return _create_work_from_future(fut)
-
-
 def _sum_opts() -> Any:
     opts = dist.AllreduceOptions()
     opts.reduceOp = dist.ReduceOp.SUM
     return opts
-
-
-def _then(work: Any, after: Any) -> Any:
-    """A work that runs ``after`` once ``work`` is done."""
-    fut = work.get_future().then(lambda f: (f.value(), after())[0])
-    return _work(fut)
 
 
 def create(store: Any, rank: int, size: int, timeout: timedelta) -> CompressedProcessGroup:

@@ -5,7 +5,10 @@ array holding the input; a collective runs in place on ``work`` and ``finish()``
 result in the caller's type and device. Host buffers are used zero-copy when possible (in place
 on a contiguous buffer no byte is copied; an array of the other byte order is reduced from a
 native copy, the result written back in its order); device buffers are staged through pinned
-host memory after their stream is synchronized (see ``collectives.device``).
+host memory after their stream is synchronized (see ``collectives.device``). What each kind
+of array is, and how its elements are viewed as numpy (bfloat16 as uint16 bit patterns), is
+the adapter layer's, ``compressors.arrays``; this module decides where a collective's input
+and result live.
 """
 
 from __future__ import annotations
@@ -16,8 +19,17 @@ from typing import Any
 
 import numpy as np
 
+from compressors.arrays import (
+    cuda_interface,
+    device_empty_like,
+    is_cupy,
+    is_torch,
+    torch_from_raw,
+    torch_raw,
+)
+from compressors.dtypes import DType, from_numpy, lookup
+
 from . import device
-from .dtypes import DType, from_numpy, lookup
 
 
 @dataclass
@@ -39,16 +51,8 @@ class Prepared:
             self.source = None
 
 
-def _is_torch(x: Any) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "is_cuda")
-
-
 def _torch_raw(t: Any) -> np.ndarray:
     """Zero-copy flat numpy view of a contiguous CPU tensor's elements (bf16 as uint16 bits)."""
-    # here, not at import: `import collectives` (and `compcoll doctor`) must work without the
-    # build, and compressors loads the extension
-    from compressors.arrays import torch_raw
-
     return torch_raw(t.reshape(-1))
 
 
@@ -134,7 +138,7 @@ def _prepare_torch_cuda(buf: Any, out: Any) -> Prepared:
 
 
 def _cai_layout(obj: Any, role: str) -> tuple[int, int, np.dtype, tuple]:
-    cai = device.cuda_interface(obj)
+    cai = cuda_interface(obj)
     shape = tuple(cai["shape"])
     dt = np.dtype(cai["typestr"])
     strides = cai.get("strides")
@@ -156,29 +160,18 @@ def _prepare_cuda_array(buf: Any, out: Any) -> Prepared:
     ptr, nbytes, dt, shape = _cai_layout(buf, "input")
     dtype = from_numpy(dt)
     if out is None:
-        empty_like = getattr(type(buf), "__compcoll_empty_like__", None)
-        if type(buf).__module__.startswith("cupy"):
-            import cupy
-
-            out = cupy.empty_like(buf)
-        elif empty_like is not None:
-            out = empty_like(buf)
-        else:
-            raise TypeError(
-                f"cannot allocate a result like {type(buf).__name__}; pass out= (a device "
-                "array of the same shape and dtype, or the input itself for in place)"
-            )
+        out = device_empty_like(buf)
     optr, onbytes, odt, _ = _cai_layout(out, "out")
     if onbytes != nbytes or odt != dt:
         raise ValueError(f"out holds {onbytes} bytes of {odt}, input {nbytes} bytes of {dt}")
-    rt.stream_synchronize(device.cuda_interface(buf).get("stream"))
+    rt.stream_synchronize(cuda_interface(buf).get("stream"))
     pinned = device.acquire_pinned(nbytes)
     host = pinned[:nbytes]
     rt.memcpy_d2h(host, ptr, nbytes)
     work = host.view(dtype.raw)
 
     def finish() -> Any:
-        rt.stream_synchronize(device.cuda_interface(out).get("stream"))
+        rt.stream_synchronize(cuda_interface(out).get("stream"))
         rt.memcpy_h2d(optr, host, nbytes)
         device.release_pinned(pinned)
         return out
@@ -190,7 +183,7 @@ def shape_of(buf: Any) -> tuple[int, ...]:
     """The caller's shape: ``.shape``, or the __cuda_array_interface__'s for bare device arrays."""
     shape = getattr(buf, "shape", None)
     if shape is None:
-        cai = device.cuda_interface(buf)
+        cai = cuda_interface(buf)
         shape = cai["shape"] if cai is not None else np.shape(buf)
     return tuple(int(d) for d in shape)
 
@@ -216,11 +209,11 @@ def prepare(buf: Any, out: Any = None, copy_input: bool = True) -> Prepared:
     collective that reads all of it before writing ``work``; others are copied as usual."""
     if isinstance(buf, np.ndarray):
         return _prepare_numpy(buf, out, copy_input)
-    if _is_torch(buf):
+    if is_torch(buf):
         if buf.is_cuda:
             return _prepare_torch_cuda(buf, out)
         return _prepare_torch_cpu(buf, out, copy_input)
-    if device.cuda_interface(buf) is not None:
+    if cuda_interface(buf) is not None:
         return _prepare_cuda_array(buf, out)
     raise TypeError(
         f"unsupported buffer type {type(buf).__name__}: pass a numpy array, a torch tensor, a "
@@ -234,11 +227,9 @@ def like(buf: Any, host: np.ndarray, dtype: DType) -> Any:
         if not buf.dtype.isnative:  # host holds native numbers: convert to the caller's order
             return host.view(buf.dtype.newbyteorder("=")).astype(buf.dtype)
         return host.view(buf.dtype)
-    if _is_torch(buf):
-        from compressors.arrays import torch_from_raw
-
+    if is_torch(buf):
         return torch_from_raw(host, dtype.name).to(buf.device)
-    if type(buf).__module__.startswith("cupy"):
+    if is_cupy(buf):
         import cupy
 
         return cupy.asarray(host)
@@ -263,7 +254,7 @@ def prepare_direct(buf: Any, out: Any, op: str) -> Direct | None:
     reduces through a host-side user op) and ops other than "avg" (its division would need a
     device kernel). Both streams are synchronized before MPI touches the memory.
     """
-    if device.cuda_interface(buf) is None or op == "avg" or not device.mpi_is_cuda_aware():
+    if cuda_interface(buf) is None or op == "avg" or not device.mpi_is_cuda_aware():
         return None
     ptr, nbytes, dt, shape = _cai_layout(buf, "input")
     dtype = from_numpy(dt)
@@ -271,22 +262,14 @@ def prepare_direct(buf: Any, out: Any, op: str) -> Direct | None:
         return None
     inplace = out is buf
     if out is None:
-        if _is_torch(buf):
-            import torch
-
-            out = torch.empty_like(buf)
-        elif type(buf).__module__.startswith("cupy"):
-            import cupy
-
-            out = cupy.empty_like(buf)
-        elif hasattr(type(buf), "__compcoll_empty_like__"):
-            out = type(buf).__compcoll_empty_like__(buf)
-        else:
-            return None
-    if device.cuda_interface(out) is None or _cai_layout(out, "out")[1:3] != (nbytes, dt):
+        try:
+            out = device_empty_like(buf)
+        except TypeError:
+            return None  # staging allocates on the host and raises the clear error
+    if cuda_interface(out) is None or _cai_layout(out, "out")[1:3] != (nbytes, dt):
         return None
     rt = device.runtime()
-    rt.stream_synchronize(device.cuda_interface(buf).get("stream"))
+    rt.stream_synchronize(cuda_interface(buf).get("stream"))
     if not inplace:
-        rt.stream_synchronize(device.cuda_interface(out).get("stream"))
+        rt.stream_synchronize(cuda_interface(out).get("stream"))
     return Direct(None if inplace else buf, out, nbytes // dt.itemsize, dtype, out)

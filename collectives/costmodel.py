@@ -31,11 +31,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compressors.dtypes import BY_NAME
+
 from .algorithms import REGISTRY, modeled
 from .config import check_timeout, defaults
-from .dtypes import BY_NAME
 from .ops import combine
 from .transport.base import Communicator, wait_all
+from .tuning import lookup
 
 
 @dataclass(frozen=True)
@@ -146,9 +148,23 @@ def params(comm: Communicator, *, timeout: float | None = None) -> CostParams:
     return cached
 
 
+def ready(comm: Communicator, *, timeout: float | None = None) -> None:
+    """Fit the model and look for a saved crossover table now, collectively, where every
+    rank is at the same call (not midway through a collective whose steps pick an
+    algorithm)."""
+    params(comm, timeout=timeout)
+    lookup(comm, timeout=timeout)
+
+
 def choose(comm: Communicator, nbytes: int, *, timeout: float | None = None) -> str:
-    """The algorithm with the least predicted time (identical on all ranks); fits the model
-    on first use, each wait bounded by ``timeout``."""
+    """The algorithm "auto" runs for ``nbytes`` (identical on all ranks): the measured
+    crossover table's winner where the communicator has one that covers the size
+    (``collectives.tuning``), else the least predicted time. Fits the model, and looks for a
+    saved table, on first use (collective), each wait bounded by ``timeout``."""
+    table = lookup(comm, timeout=timeout)
+    measured = table.pick(nbytes) if table is not None else None
+    if measured is not None:
+        return measured
     c = params(comm, timeout=timeout)
     return min((a.name for a in modeled()),
                key=lambda a: (predict(a, comm.size, nbytes, c), a))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -136,8 +136,3 @@ def mpi_is_cuda_aware() -> bool:
         return bool(query()) if query is not None else False
     except (OSError, AttributeError):
         return False
-
-
-def cuda_interface(obj: Any) -> dict | None:
-    """The object's __cuda_array_interface__ dict, or None for host objects."""
-    return getattr(obj, "__cuda_array_interface__", None)

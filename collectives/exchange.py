@@ -14,10 +14,11 @@ from collections.abc import Generator
 
 import numpy as np
 
+from compressors.dtypes import BY_NAME
+
 from .algorithms import ring
 from .algorithms.common import Job, blocks_from_counts
 from .config import defaults
-from .dtypes import BY_NAME
 from .transport.base import Communicator, Request
 
 Exchange = Generator[list[Request], None, list[np.ndarray]]

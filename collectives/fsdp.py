@@ -52,12 +52,12 @@ import torch.distributed as dist
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 
 import compressors
+from compressors.dtypes import lookup
 
-from .backend import _work
+from . import torchwork
 from .compressed import make_ctx, resolve_compressor
 from .compressed.checks import check_feedback
 from .compressed.common import Ctx, wire_sizes
-from .dtypes import lookup
 from .exchange import alltoallv
 from .progress import Handle
 from .transport import as_communicator
@@ -204,10 +204,10 @@ def _plain(out: torch.Tensor, x: torch.Tensor, group: Any, op: Any, scale: float
         if scale != 1.0:
             out.mul_(scale)
         return None
-    return _work(work.get_future().then(lambda f: (f.value(), out.mul_(scale))[0]))
+    return torchwork.then(work, lambda: out.mul_(scale))
 
 
 def _done() -> Any:
     fut: torch.futures.Future[Any] = torch.futures.Future()
     fut.set_result(None)
-    return _work(fut)
+    return torchwork.from_future(fut)

@@ -2,23 +2,10 @@
 
 from __future__ import annotations
 
-import functools
-from types import ModuleType
-
 import numpy as np
 
-from .dtypes import DType
-
-
-@functools.cache
-def kernels() -> ModuleType:
-    """The compiled kernels (``compressors.kernels``), or an ImportError that says how to build
-    them. Imported on first use: ``import collectives`` works without the build, so that
-    ``compcoll doctor`` can say what is missing."""
-    from compressors import kernels as native
-
-    return native
-
+from compressors import kernels  # the extension loads on the first kernel call
+from compressors.dtypes import DType
 
 # Kernel codes of the C++ reduce_into. "avg" is a sum followed by a division (see finish()).
 _KERNEL_CODE = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 0}
@@ -42,21 +29,21 @@ def check_op(op: str, dtype: DType) -> str:
 def combine(dst: np.ndarray, src: np.ndarray, dtype: DType, op: str) -> None:
     """dst = dst (op) src, elementwise, in place (fp16/bf16 accumulate in fp32)."""
     if dst.size:
-        kernels().reduce_into(dst, src, dtype.code, _KERNEL_CODE[op])
+        kernels.reduce_into(dst, src, dtype.code, _KERNEL_CODE[op])
 
 
 def sum_squares(buf: np.ndarray, dtype: DType) -> float:
     """Sum of squares of a flat float buffer (raw storage: bf16 as uint16), in double."""
-    return kernels().sum_squares(buf, dtype.code) if buf.size else 0.0
+    return kernels.sum_squares(buf, dtype.code) if buf.size else 0.0
 
 
 def prescale(buf: np.ndarray, dtype: DType, op: str, size: int) -> None:
     """Before an fp16/bf16 average, divide each input by p so the partial sums cannot overflow."""
     if op == "avg" and dtype.itemsize == 2 and size > 1 and buf.size:
-        kernels().scale(buf, dtype.code, 1.0 / size)
+        kernels.scale(buf, dtype.code, 1.0 / size)
 
 
 def finish(buf: np.ndarray, dtype: DType, op: str, size: int) -> None:
     """After the reduction: turn a sum into an average (fp32/fp64 divide after summing)."""
     if op == "avg" and dtype.itemsize > 2 and size > 1 and buf.size:
-        kernels().scale(buf, dtype.code, 1.0 / size)
+        kernels.scale(buf, dtype.code, 1.0 / size)

@@ -1,8 +1,11 @@
-"""Array adapters: numpy, torch (CPU, CUDA) and CuPy in, the caller's type out.
+"""The one array adapter layer: numpy, torch (CPU, CUDA), CuPy and bare
+``__cuda_array_interface__`` arrays in, the caller's type out.
 
-Compressors work on flat host numpy arrays. numpy has no bfloat16, so bf16 data is held as
-the uint16 bit patterns with the logical dtype carried next to it (``"bfloat16"``). torch and
-CuPy are imported lazily: only when the caller hands over one of their arrays.
+Compressors work on flat host numpy arrays, and so do the collectives' host paths
+(``collectives.buffers`` stages device buffers and places results, through these functions).
+numpy has no bfloat16, so bf16 data is held as its uint16 bit patterns with the logical dtype
+carried next to it (``"bfloat16"``, see ``compressors.dtypes``). torch and CuPy are imported
+lazily: only when the caller hands over one of their arrays.
 """
 
 from __future__ import annotations
@@ -14,17 +17,14 @@ from typing import Any
 import numpy as np
 
 from . import kernels
+from .dtypes import BY_NAME
 
-__all__ = ["FLOAT_DTYPES", "ArrayInfo", "from_f32", "from_host", "is_torch", "storage_dtype",
-           "to_f32", "to_host", "torch_from_raw", "torch_raw"]
+__all__ = ["FLOAT_DTYPES", "ArrayInfo", "cuda_interface", "device_empty_like", "from_f32",
+           "from_host", "is_cupy", "is_torch", "storage_dtype", "to_f32", "to_host",
+           "torch_from_raw", "torch_raw"]
 
 #: Logical dtypes a compressor accepts, with the numpy dtype that stores them.
-FLOAT_DTYPES: dict[str, np.dtype] = {
-    "float16": np.dtype(np.float16),
-    "bfloat16": np.dtype(np.uint16),
-    "float32": np.dtype(np.float32),
-    "float64": np.dtype(np.float64),
-}
+FLOAT_DTYPES: dict[str, np.dtype] = {d.name: d.raw for d in BY_NAME.values() if d.is_float}
 
 #: Logical dtype of a numpy array by its dtype: a dict lookup, where str(dtype) costs
 #: microseconds on every compress and decompress call.
@@ -88,9 +88,34 @@ def torch_from_raw(arr: np.ndarray, dtype: str) -> Any:
     return torch.from_numpy(arr)
 
 
-def _is_cupy(x: Any) -> bool:
+def is_cupy(x: Any) -> bool:
+    """Whether x is a CuPy array (without importing CuPy)."""
     cupy = sys.modules.get("cupy")
     return cupy is not None and isinstance(x, cupy.ndarray)
+
+
+def cuda_interface(obj: Any) -> dict | None:
+    """The object's ``__cuda_array_interface__`` dict, or None for host objects."""
+    return getattr(obj, "__cuda_array_interface__", None)
+
+
+def device_empty_like(buf: Any) -> Any:
+    """A new, uninitialised device array of ``buf``'s type, shape and dtype: a torch CUDA
+    tensor, a CuPy array, or what the type's ``__compcoll_empty_like__`` returns (how an
+    array type known only by its ``__cuda_array_interface__`` says how to allocate one)."""
+    if is_torch(buf):
+        import torch
+
+        return torch.empty_like(buf)
+    if is_cupy(buf):
+        import cupy
+
+        return cupy.empty_like(buf)
+    empty_like = getattr(type(buf), "__compcoll_empty_like__", None)
+    if empty_like is None:
+        raise TypeError(f"cannot allocate a result like {type(buf).__name__}; pass out= (a "
+                        "device array of the same shape and dtype, or the input for in place)")
+    return empty_like(buf)
 
 
 def host_f32(x: Any) -> bool:
@@ -108,7 +133,7 @@ def to_host(x: Any) -> tuple[np.ndarray, ArrayInfo]:
         if device.type != "cpu":
             t = t.cpu()  # device tensors are staged through host memory
         return torch_raw(t.contiguous()), ArrayInfo("torch", name, tuple(x.shape), device)
-    if _is_cupy(x):
+    if is_cupy(x):
         storage_dtype(str(x.dtype))
         return x.get(), ArrayInfo("cupy", str(x.dtype), tuple(x.shape), x.device)
     arr = np.asarray(x)

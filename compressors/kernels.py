@@ -1,32 +1,66 @@
 """Thin typed wrappers over the C++ kernels in ``_compcoll`` (host memory).
 
 The only module that imports the extension: compressors and collectives reach the kernels
-through these functions.
+through these functions. The extension loads on the first kernel call, not at import, so
+``import compressors`` and ``import collectives`` work before it is built (``compcoll
+doctor`` then says what is missing); that first call raises an ImportError that says how to
+build it.
 """
 
 from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
 from . import _openmp  # noqa: F401  (sets OpenMP's wait policy before the runtime loads)
 
-try:
-    import _compcoll
-except ImportError as exc:
-    raise ImportError(
-        f"compcoll's C++ extension _compcoll is not built ({exc}); reinstall with "
-        "`pip install -e .` (needs a C++17 compiler and CMake) or run scripts/setup.sh"
-    ) from exc
-
-__all__ = ["OPENMP", "crc32c", "dequantize", "float_to_half", "gather", "half_to_float",
-           "merge_dense", "merge_sorted", "qsgd_decode", "qsgd_encode", "quantize",
+__all__ = ["OPENMP",  # noqa: F822  (defined by the module __getattr__ below)
+           "crc32c", "dequantize", "float_to_half", "gather", "half_to_float",
+           "load", "merge_dense", "merge_sorted", "qsgd_decode", "qsgd_encode", "quantize",
            "quantize_feedback", "reduce_into", "scale", "scatter", "scatter_dense",
            "select_above", "select_above_feedback", "set_num_threads", "sign_pack",
            "sign_unpack", "sum_squares", "terngrad_decode", "terngrad_encode", "topk_feedback",
            "topk_indices", "topk_sampled_indices"]
 
-#: Whether the kernels were built with OpenMP (else every kernel runs on one thread).
-OPENMP: bool = bool(_compcoll.openmp)
+
+def load() -> ModuleType:
+    """The extension module, imported on first use (an ImportError naming the fix if it is
+    not built).
+
+    Example::
+
+        >>> from compressors import kernels
+        >>> assert kernels.load().__name__ == "_compcoll"
+    """
+    global _compcoll
+    try:
+        module = importlib.import_module("_compcoll")
+    except ImportError as exc:
+        raise ImportError(
+            f"compcoll's C++ extension _compcoll is not built ({exc}); reinstall with "
+            "`pip install -e .` (needs a C++17 compiler and CMake) or run scripts/setup.sh"
+        ) from exc
+    _compcoll = module  # later calls reach the module directly
+    return module
+
+
+class _Unloaded:
+    """Stands for the extension until a wrapper first touches it."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(load(), name)
+
+
+_compcoll: Any = _Unloaded()
+
+
+def __getattr__(name: str) -> bool:
+    if name == "OPENMP":  # whether the kernels were built with OpenMP (else one thread each)
+        return bool(load().openmp)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def set_num_threads(n: int) -> None:

@@ -45,3 +45,51 @@ def test_regret_leaves_out_small_sizes_compressed_rows_and_runs_without_auto() -
 def test_the_docstring_example_runs() -> None:
     result = doctest.testmod(report, verbose=False)
     assert result.failed == 0 and result.attempted >= 1
+
+
+def _run(ranks: int, times: dict[int, dict[str, float]], picks: dict[int, str]) -> dict:
+    """A bench allreduce JSON: out-of-place rows at each size, auto's pick per size."""
+    rows = []
+    for size, by in times.items():
+        rows += _rows(size, False, by, picks[size], by[picks[size]])
+    return {"ranks": ranks, "modeled": ["ring", "tree"], "rows": rows}
+
+
+def test_regret_over_runs_judges_each_runs_pick_against_the_median_times() -> None:
+    from bench.commands import bench_regret
+
+    # tree is faster in two of three runs; auto picked ring twice and tree once
+    runs = [_run(3, {MB: {"ring": 100.0, "tree": 80.0}}, {MB: "ring"}),
+            _run(3, {MB: {"ring": 100.0, "tree": 90.0}}, {MB: "ring"}),
+            _run(3, {MB: {"ring": 100.0, "tree": 200.0}}, {MB: "tree"})]
+    cell, = bench_regret.cells(runs)
+    assert cell["median_us"] == {"ring": 100.0, "tree": 90.0} and cell["best"] == "tree"
+    assert cell["picks"] == {"ring": 2, "tree": 1}
+    assert cell["regret"] == round(100.0 / 90.0, 4)  # the median of 1.111, 1.111 and 1.0
+    summ = bench_regret.summary([cell])
+    assert summ["over_goal"] == 1 and summ["per_ranks"]["3"]["max"] == cell["regret"]
+
+
+def test_bench_regret_command_writes_its_files_and_refuses_other_json(tmp_path) -> None:
+    import json
+
+    from bench.cli import main
+
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(_run(2, {MB: {"ring": 1.0, "tree": 2.0},
+                                        2 * MB: {"ring": 3.0, "tree": 2.0}},
+                                    {MB: "ring", 2 * MB: "ring"})))
+    md, js = tmp_path / "r.md", tmp_path / "r.json"
+    assert main(["bench", "regret", str(path), "--md", str(md), "--json", str(js)]) == 0
+    data = json.loads(js.read_text())
+    assert data["command"][:3] == ["compcoll", "bench", "regret"]
+    assert [c["regret"] for c in data["cells"]] == [1.0, 1.5]
+    assert "| 2 | 2 | 1.250 | 1.500 | 1 |" in md.read_text()
+    other = tmp_path / "other.json"
+    other.write_text("{}")
+    try:
+        main(["bench", "regret", str(other)])
+    except SystemExit as exc:
+        assert exc.code == 2
+    else:
+        raise AssertionError("a JSON without rows was accepted")

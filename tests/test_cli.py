@@ -331,3 +331,24 @@ def test_version_names_the_installed_distribution(capsys: pytest.CaptureFixture[
     want = metadata.version("compcoll")
     assert capsys.readouterr().out.strip() == f"compcoll {want}"
     assert collectives.__version__ == want
+
+
+def test_tune_saves_the_table_that_bench_allreduce_then_uses(tmp_path) -> None:
+    env = {"COMPCOLL_CACHE_DIR": str(tmp_path)}
+    res = compcoll("tune", "-np", "2", "-b", "64K", "-e", "256K", "-f", "4", "-n", "1",
+                   "--json", str(tmp_path / "t.json"), env=env, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    data = json.loads((tmp_path / "t.json").read_text())
+    assert data["command"][:4] == ["compcoll", "tune", "-np", "2"]
+    assert data["sizes"] == [65536, 262144] and len(data["best"]) == 2
+    assert "measured best" in res.stdout and "saved to" in res.stdout
+    assert len(list((tmp_path / "tuning").glob("*.json"))) == 1
+    out = tmp_path / "a.json"
+    res = compcoll("bench", "allreduce", "-np", "2", "-b", "64K", "-e", "256K", "-f", "4",
+                   "-n", "1", "-w", "0", "--algo", "ring,auto", "--json", str(out),
+                   env=env, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "# auto: the measured crossover table (compcoll tune) from 65536 B" in res.stdout
+    rows = json.loads(out.read_text())["rows"]
+    picks = [r["auto_choice"] for r in rows if r["algo"] == "auto" and not r["inplace"]]
+    assert picks == data["best"]

@@ -44,3 +44,38 @@ def test_the_command_runs_from_the_installed_package() -> None:
     out = subprocess.run([sys.executable, "-m", "bench", "--version"], capture_output=True,
                          text=True, timeout=120, cwd="/")
     assert out.returncode == 0 and out.stdout.startswith("compcoll "), out.stderr
+
+
+def test_the_library_imports_without_the_extension_and_says_how_to_build_it() -> None:
+    code = ("import sys; sys.modules['_compcoll'] = None  # as if the build had failed\n"
+            "import numpy as np, collectives, compressors\n"
+            "try:\n"
+            "    compressors.get('uniform:bits=8').compress(np.ones(8, np.float32), name='x',"
+            " step=0)\n"
+            "except ImportError as exc:\n"
+            "    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd="/")
+    assert out.returncode == 0, out.stderr
+    assert "_compcoll is not built" in out.stdout and "pip install -e ." in out.stdout
+
+
+def test_one_module_reaches_the_extension_and_one_layer_adapts_arrays() -> None:
+    """Only compressors/kernels.py imports _compcoll; only the adapter layer
+    (compressors/arrays.py, compressors/dtypes.py) tells array kinds apart by their module."""
+    for path in [*(ROOT / "collectives").rglob("*.py"), *(ROOT / "compressors").rglob("*.py")]:
+        text = path.read_text()
+        rel = path.relative_to(ROOT).as_posix()
+        if rel != "compressors/kernels.py":
+            assert "_compcoll" not in imported_names(path), rel
+        assert "__module__.startswith" not in text, rel
+
+
+def imported_names(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names

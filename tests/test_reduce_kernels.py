@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import _compcoll
-from collectives import dtypes, ops
+from collectives import ops
+from compressors import dtypes
 
 OPS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
 

@@ -9,10 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import collectives
-from collectives import buffers, costmodel, dtypes, ops
+from collectives import buffers, costmodel, ops
 from collectives.algorithms import REGISTRY, common, names, tree
 from collectives.errors import CollectiveTimeout
 from collectives.transport.base import Request, wait_all
+from compressors import dtypes
 
 
 @settings(derandomize=True, max_examples=200)

@@ -24,9 +24,10 @@ import socket
 import sys
 from typing import Any
 
-from collectives import as_communicator, costmodel, defaults, dtypes, ops
+from collectives import as_communicator, costmodel, defaults, ops, tuning
 from collectives.algorithms import REGISTRY, modeled
 from collectives.algorithms import get as get_algorithm
+from compressors import dtypes
 
 from .. import emulate
 from ..cli import UsageError, command
@@ -179,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
     comm = as_communicator(None)
     _check_engine(names, comm.engine)
     cost = costmodel.params(comm)
+    crossovers = tuning.lookup(comm)
     rank0 = comm.rank == 0
     bar = _progress(len(sizes) * len(pairs), comm.rank)
     printed: list[str] = []  # the table as printed, for --txt
@@ -195,6 +197,10 @@ def run(args: argparse.Namespace) -> int:
             f"beta {cost.beta * 1e9:.4f} ns/B ({1 / cost.beta / 1e9 if cost.beta else 0:.2f} "
             f"GB/s), gamma {cost.gamma * 1e9:.4f} ns/B; model(us) is its prediction")
         out(report.LEGEND)
+        out(f"# auto: the measured crossover table (compcoll tune) from "
+            f"{crossovers.sizes[0]} B, the cost model below" if crossovers is not None else
+            "# auto: the cost model (no crossover table for this machine; compcoll tune "
+            "measures one)")
         if real:
             out(f"# compressed rows: Gaussian inputs, {'no ' if args.no_feedback else ''}error "
                 f"feedback, scheme {args.scheme}; algbw/effbusbw count the uncompressed bytes; "
@@ -213,7 +219,8 @@ def run(args: argparse.Namespace) -> int:
             bar.close()
     bad = [r for r in rows if r["wrong"] or not r["ranks_agree"]]
     if rank0:
-        auto_regret = report.regret(rows, tuple(a.name for a in modeled()))
+        candidates = tuple(a.name for a in modeled())  # what auto chooses among
+        auto_regret = report.regret(rows, candidates)
         for line in [*report.footer(rows), *report.regret_lines(auto_regret)]:
             out(line)
         for r in bad:
@@ -229,7 +236,10 @@ def run(args: argparse.Namespace) -> int:
                 "hostname": socket.gethostname(),
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "cost_params": {"alpha": cost.alpha, "beta": cost.beta, "gamma": cost.gamma},
-                "link": _link(args), "auto_regret": auto_regret}
+                "link": _link(args),
+                "crossovers": None if crossovers is None else
+                {"sizes": list(crossovers.sizes), "best": list(crossovers.best())},
+                "modeled": list(candidates), "auto_regret": auto_regret}
         if args.txt:
             with open(args.txt, "w") as f:
                 f.write("\n".join([printed[0], f"# command: {' '.join(meta['command'])}",

@@ -6,7 +6,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from collectives import allreduce, dtypes
+from collectives import allreduce
+from compressors import dtypes
 
 from . import bench_data as data
 from .collective_table import COLLECTIVES

@@ -17,8 +17,9 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from collectives import allreduce, dtypes
+from collectives import allreduce
 from collectives.algorithms import REGISTRY
+from compressors import dtypes
 
 from ..cli import UsageError
 from . import bench_data as data

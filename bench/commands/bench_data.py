@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from collectives.dtypes import DType
+from compressors.dtypes import DType
 
 PERIOD = 11
 

@@ -7,8 +7,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from collectives import costmodel, dtypes
+from collectives import costmodel
 from collectives.algorithms import REGISTRY
+from compressors import dtypes
 
 from .bench_case import Case
 from .bench_compressor import NONE, CompressedCase

@@ -24,7 +24,7 @@ import numpy as np
 
 import collectives
 from collectives.algorithms.common import partition
-from collectives.dtypes import DType
+from compressors.dtypes import DType
 
 from . import bench_data as data
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..dtypes import DType
+from compressors.dtypes import DType
+
 from ..ops import combine
 from ..transport.base import Communicator, Request
 

@@ -24,10 +24,10 @@ import numpy as np
 
 import compressors
 from compressors import Compressor, ErrorFeedback
+from compressors.dtypes import DType
 
 from ..algorithms.common import Steps
 from ..costmodel import CostParams
-from ..dtypes import DType
 from ..pricing import SchemeLoad
 from . import dense, gather, rsag, sparse
 from .common import Ctx

@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 
 from compressors import ErrorFeedback, kernels
-from compressors.arrays import torch_from_raw
+from compressors.arrays import device_empty_like, torch_from_raw
+from compressors.dtypes import lookup
 
 from .. import buffers, costmodel, ops
 from ..config import defaults
-from ..dtypes import lookup
 from ..progress import Handle
 from ..transport.base import Communicator
 from ..validation import agree
@@ -69,7 +69,7 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
                                                 sparse_algorithm, k, name, step,
                                                 numel, dtype), timeout)
     if "auto" in (scheme, algorithm, sparse_algorithm):
-        costmodel.params(c, timeout=timeout)  # fit now, collectively, not midway through
+        costmodel.ready(c, timeout=timeout)  # collectively, not midway through the scheme
     if scheme == "auto":
         scheme = choose(c, comp, numel, dtype.itemsize, schemes)
     options = {"algorithm": algorithm, "sparse_algorithm": sparse_algorithm, "k": k}
@@ -107,7 +107,7 @@ def _on_device(c: Communicator, buf: Any, out: Any, comp: Any, feedback: Any, sc
                timeout: float | None, stats: dict | None, options: dict) -> Handle:
     """The scheme with its codec steps on the device (``ondevice``); float32 sums in place
     in the result, averaged after summing as on the host."""
-    result = ondevice.result_like(buf, out)
+    result = out if out is not None else device_empty_like(buf)
     ctx = ondevice.make(c, c.next_tag(), comp, feedback, name or "buffer", step, buf, result,
                         dtype, codec, **options)
     sent_before = c.bytes_sent

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from compressors import Compressor, ErrorFeedback
+from compressors.dtypes import DType
 from compressors.payload import checksum_enabled
 
 from .. import ops
 from ..algorithms import get as get_algorithm
 from ..algorithms import names as algorithm_names
-from ..dtypes import DType
 from ..sparse import ALGORITHMS as SPARSE_ALGORITHMS
 from ..validation import digest
 from . import SCHEMES, compressor_digest

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from compressors import Compressor, ErrorFeedback, Payload
-from compressors.arrays import host_f32
+from compressors.arrays import host_f32, is_torch, to_f32
+from compressors.dtypes import DType
 
-from ..dtypes import DType
 from ..transport.base import Communicator
 
 
@@ -184,11 +184,11 @@ def workspace(comm: Communicator, key: tuple, n: int, dtype: np.dtype) -> np.nda
 
 def to_acc(x: Any, acc: np.dtype) -> np.ndarray:
     """Flat numpy copy of a decoded array (numpy or torch, any float dtype) in ``acc``."""
-    if type(x).__module__.startswith("torch"):
+    if is_torch(x):
         x = x.detach().reshape(-1).float().cpu().numpy()
     x = np.asarray(x).reshape(-1)
     if x.dtype == np.uint16:  # a decoded bfloat16 payload from the wire: bit patterns
-        x = (x.astype(np.uint32) << 16).view(np.float32)
+        x = to_f32(x, "bfloat16")
     return x.astype(acc)
 
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from compressors.dtypes import BY_NAME, DType
+
 from .. import costmodel, pricing
 from ..algorithms import get as get_algorithm
 from ..algorithms.common import Job, Steps
 from ..config import defaults
 from ..costmodel import CostParams
-from ..dtypes import BY_NAME, DType
 from .common import Ctx, to_acc
 
 # The payload buffer that adds up; the others (random-k's shared key) are equal on all ranks.

@@ -23,6 +23,7 @@ import numpy as np
 
 from compressors import ErrorFeedback, Payload, device_feedback
 from compressors import device as dev
+from compressors.arrays import cuda_interface
 from compressors.device import DeviceArray, DeviceCodec, DevicePayload
 from compressors.errors import PayloadError
 from compressors.feedback import NoErrorFeedback
@@ -30,9 +31,9 @@ from compressors.feedback import NoErrorFeedback
 from .. import device
 from ..transport.base import Communicator
 from .common import Ctx
-from .routing import SCHEMES, plain_array, result_like, route
+from .routing import SCHEMES, plain_array, route
 
-__all__ = ["SCHEMES", "DeviceCtx", "make", "result_like", "route"]
+__all__ = ["SCHEMES", "DeviceCtx", "make", "route"]
 
 F32 = np.dtype(np.float32)
 _ALIGN = 8  # device buffers of a received payload start 8-byte aligned in its arena
@@ -155,7 +156,7 @@ def make(comm: Communicator, tag: int, comp: Any, feedback: ErrorFeedback | None
          step: int, buf: Any, result: Any, dtype: Any, codec: DeviceCodec,
          **options: Any) -> DeviceCtx:
     """The DeviceCtx of a call: flat device views of the input and of the result."""
-    stream = device.cuda_interface(plain_array(buf)).get("stream")
+    stream = cuda_interface(plain_array(buf)).get("stream")
     x = DeviceArray.of(plain_array(buf))
     out = DeviceArray.of(plain_array(result))
     ctx = DeviceCtx(comm, tag, comp, feedback, name, step,

@@ -14,12 +14,11 @@ import numpy as np
 
 from compressors import ErrorFeedback
 from compressors import device as dev
+from compressors.arrays import cuda_interface, is_torch
 from compressors.device import DeviceCodec
 from compressors.feedback import NoErrorFeedback
 
-from .. import device
-
-__all__ = ["SCHEMES", "plain", "plain_array", "result_like", "route"]
+__all__ = ["SCHEMES", "plain", "plain_array", "route"]
 
 #: The schemes whose codec steps run on the device.
 SCHEMES = ("allgather", "reduce_scatter_allgather")
@@ -30,11 +29,11 @@ def route(buf: Any, out: Any, comp: Any, feedback: ErrorFeedback | None) -> Devi
     """The device codec for this call, or None for the whole-buffer staging path: the input
     must be a C-contiguous float32 device array, ``out`` None, the input, or another such
     array, the feedback none or plain (beta = gamma = 1), and a provider must have a twin."""
-    cai = device.cuda_interface(plain_array(buf))
+    cai = cuda_interface(plain_array(buf))
     if cai is None or np.dtype(cai["typestr"]) != F32 or not _contiguous(cai):
         return None
     if out is not None and out is not buf:
-        ocai = device.cuda_interface(plain_array(out))
+        ocai = cuda_interface(plain_array(out))
         if ocai is None or np.dtype(ocai["typestr"]) != F32 or not _contiguous(ocai) or \
                 tuple(ocai["shape"]) != tuple(cai["shape"]):
             return None  # staging raises the clear error for a bad out
@@ -46,7 +45,7 @@ def route(buf: Any, out: Any, comp: Any, feedback: ErrorFeedback | None) -> Devi
 def plain_array(obj: Any) -> Any:
     """The array itself, or a torch tensor detached from autograd (a tensor that requires
     grad refuses __cuda_array_interface__); None for a CPU tensor."""
-    if type(obj).__module__.startswith("torch"):
+    if is_torch(obj):
         return obj.detach() if getattr(obj, "is_cuda", False) else None
     return obj
 
@@ -69,22 +68,3 @@ def _contiguous(cai: dict) -> bool:
             return False
         step *= n
     return True
-
-
-def result_like(buf: Any, out: Any) -> Any:
-    """The array the sum goes to: ``out``, or a new device array like ``buf``."""
-    if out is not None:
-        return out
-    if type(buf).__module__.startswith("torch"):
-        import torch
-
-        return torch.empty_like(buf)
-    if type(buf).__module__.startswith("cupy"):
-        import cupy
-
-        return cupy.empty_like(buf)
-    empty_like = getattr(type(buf), "__compcoll_empty_like__", None)
-    if empty_like is None:
-        raise TypeError(f"cannot allocate a result like {type(buf).__name__}; pass out= (a "
-                        "device array of the same shape and dtype, or the input for in place)")
-    return empty_like(buf)

@@ -11,9 +11,9 @@ import torch
 import torch.distributed as dist
 
 from compressors.arrays import torch_raw
+from compressors.dtypes import lookup
 
 from .. import api, ops
-from ..dtypes import lookup
 from . import groups as grouping
 from .state import CompressionState
 from .worker import Job

@@ -19,7 +19,6 @@ import json
 import math
 import os
 import platform
-import tempfile
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ import numpy as np
 
 import compressors
 
+from ..files import write_atomic
 from .profile import PER_CANDIDATE
 
 SCHEMA = 2
@@ -169,16 +169,7 @@ def read(path: Path, want: str, world: int, cands: tuple[str, ...],
 
 def share(comm: Any, data: bytes | None) -> bytes | None:
     """Rank 0's ``data`` on every rank (collective; None where rank 0 has none)."""
-    mine = len(data) if comm.rank == 0 and data is not None else 0
-    n = int(np.asarray(comm.allgather_ints(np.array([mine]), collective="policy cache"))[0, 0])
-    if n == 0:
-        return None
-    buf = np.zeros(-(-n // 8) * 8, dtype=np.uint8)
-    if comm.rank == 0:
-        buf[:n] = np.frombuffer(data, dtype=np.uint8)  # type: ignore[arg-type]
-    table = comm.allgather_ints(buf.view(np.int64), collective="policy cache")
-    return np.ascontiguousarray(np.asarray(table, dtype=np.int64)[0]).view(np.uint8)[:n] \
-        .tobytes()
+    return comm.share_bytes(data, collective="policy cache")
 
 
 def load(data: bytes) -> dict[str, Any]:
@@ -209,17 +200,4 @@ def store(found: Located, cands: tuple[str, ...], table: Mapping[str, np.ndarray
 
 def write(path: Path, data: bytes) -> None:
     """Write atomically (a temporary file renamed over ``path``); a failure is a warning."""
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=path.name,
-                                         suffix=".tmp", delete=False) as f:
-            tmp = f.name
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-        warnings.warn(f"policy cache {path} not written ({exc})", stacklevel=3)
+    write_atomic(path, data, "policy cache")

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 import compressors
+from compressors.dtypes import lookup
 
 from .. import ops
-from ..dtypes import lookup
 from .layers import Layer
 
 F32 = lookup("float32")

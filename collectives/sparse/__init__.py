@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from compressors.arrays import is_cupy, is_torch
+
 from .. import costmodel, pricing
 from ..config import defaults
 from ..progress import Handle
@@ -57,7 +59,7 @@ def modeled() -> tuple[str, ...]:
 def _host(x: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
     """numpy copy or view of indices or values (numpy, torch on any device, CuPy; bf16/fp16
     values widened to float32), and how to hand an array back in the caller's kind and device."""
-    if type(x).__module__.startswith("torch"):
+    if is_torch(x):
         import torch
 
         t = x.detach().reshape(-1)
@@ -65,7 +67,7 @@ def _host(x: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
             t = t.float()
         dev = t.device
         return t.cpu().numpy(), lambda a: torch.from_numpy(a).to(dev)
-    if type(x).__module__.startswith("cupy"):
+    if is_cupy(x):
         import cupy
 
         dev = x.device

@@ -63,6 +63,10 @@ class CommCache:
 
     #: the cost model's fitted alpha/beta/gamma; ``costmodel.params`` probes on first use
     cost_params: CostParams | None = None
+    #: the measured crossover table "auto" picks by (``collectives.tuning``), and whether a
+    #: saved one was looked for
+    crossovers: Any = None
+    crossovers_looked_up: bool = False
     #: the engine object ``as_communicator`` wrapped: an MPI communicator kept alive while the
     #: wrapper is cached (its id() cannot be reused by another object), a torch.distributed
     #: group through a weak reference (destroy_process_group must free it)
@@ -170,6 +174,21 @@ class Communicator(ABC):
         out = np.empty((self.size, v.size), dtype=np.int64)
         wait_all([self.iallgather_ints(v, out)], collective=collective, timeout=timeout)
         return out
+
+    def share_bytes(self, data: bytes | None, *, collective: str = "share_bytes",
+                    timeout: float | None = None) -> bytes | None:
+        """Rank 0's ``data`` on every rank (collective; None everywhere when rank 0 has
+        none; the other ranks' ``data`` is ignored). For small records: a file rank 0 read."""
+        mine = len(data) if self.rank == 0 and data is not None else 0
+        n = int(self.allgather_ints(np.array([mine]), collective=collective,
+                                    timeout=timeout)[0, 0])
+        if n == 0:
+            return None
+        buf = np.zeros(-(-n // 8) * 8, dtype=np.uint8)
+        if self.rank == 0:
+            buf[:n] = np.frombuffer(data, dtype=np.uint8)  # type: ignore[arg-type]
+        table = self.allgather_ints(buf.view(np.int64), collective=collective, timeout=timeout)
+        return np.ascontiguousarray(table[0]).view(np.uint8)[:n].tobytes()
 
     def barrier(self, timeout: float | None = None) -> None:
         """Block until every rank has arrived (with a deadline).

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from ..dtypes import DType
+from compressors.dtypes import DType
+
 from ..errors import TransportError
 from ..ops import combine
 from .base import Communicator, Request

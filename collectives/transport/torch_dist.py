@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from compressors.arrays import torch_from_raw
+from compressors.dtypes import DType
 
-from ..dtypes import DType
 from ..errors import CommunicatorUnusable, TransportError
 from .base import Communicator, Request
 

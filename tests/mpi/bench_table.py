@@ -8,7 +8,7 @@ from __future__ import annotations
 import collectives
 from bench.commands import bench_data as data
 from bench.commands.collective_table import COLLECTIVES
-from collectives import dtypes
+from compressors import dtypes
 
 from common import WORLD, Checker
 

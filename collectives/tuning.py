@@ -1,0 +1,248 @@
+"""A measured crossover table for "auto": every modeled algorithm timed on the live
+communicator at a few sizes, the fastest kept at each.
+
+The alpha-beta-gamma model (``collectives.costmodel``) prices messages that cross a network.
+Where ranks share memory and cores, an algorithm's time depends on caches, memory bandwidth
+and scheduling that no fitted line holds, and the model's pick can take 1.4x the best
+algorithm's time. :func:`tune` measures instead: at each size, every algorithm of the
+registry with a cost formula runs ``reps`` times, interleaved (so that a slow spell of the
+machine falls on all of them), each call timed on its own after a barrier; the slowest
+rank's median per call decides, so every rank holds the same table.
+
+"auto" then picks by the table from its smallest size up (the winner at the nearest measured
+size, on a log scale) and by the model below it. A table is kept on the communicator and,
+unless ``save=False``, in ``<dir>/tuning/<key>.json``, where ``<dir>`` is
+``$COMPCOLL_CACHE_DIR``, else ``$XDG_CACHE_HOME/compcoll`` (``~/.cache/compcoll``). The key
+hashes what the times depend on: the world size, each rank's host, the engine and its
+library, the algorithms and compcoll's version. On a communicator's first "auto" pick, rank 0
+looks for that file and every rank gets what it read (``COMPCOLL_TUNE=0``, set alike on every
+rank, skips the look-up). A file that does not parse, is of another key or holds anything
+out of range is ignored with a warning: the model decides, as without a table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import socket
+import statistics
+import time
+import warnings
+import zlib
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .algorithms import modeled
+from .config import check_timeout, defaults
+from .files import write_atomic
+from .transport.base import Communicator
+
+SCHEMA = 1
+#: Sizes timed by default: 1 MB to 64 MB in factors of two (below 1 MB the model decides).
+SIZES: tuple[int, ...] = tuple(1 << k for k in range(20, 27))
+ENV_CACHE = "COMPCOLL_CACHE_DIR"
+ENV_TUNE = "COMPCOLL_TUNE"
+
+__all__ = ["SIZES", "Crossovers", "load", "lookup", "path", "tune"]
+
+
+@dataclass(frozen=True)
+class Crossovers:
+    """Seconds per call of each algorithm at each size (the slowest rank's median).
+
+    Example::
+
+        >>> from collectives.tuning import Crossovers
+        >>> t = Crossovers((1 << 20, 4 << 20), {"ring": (2e-3, 5e-3), "tree": (1e-3, 9e-3)})
+        >>> t.best()
+        ('tree', 'ring')
+        >>> t.pick(512 << 10), t.pick(1 << 20), t.pick(3 << 20), t.pick(1 << 30)
+        (None, 'tree', 'ring', 'ring')
+    """
+
+    sizes: tuple[int, ...]
+    times: dict[str, tuple[float, ...]]
+
+    def __post_init__(self) -> None:
+        if not self.sizes or list(self.sizes) != sorted(set(self.sizes)) or self.sizes[0] <= 0:
+            raise ValueError(f"sizes must be positive and increasing, got {self.sizes}")
+        for name, ts in self.times.items():
+            if len(ts) != len(self.sizes) or not all(math.isfinite(t) and t > 0 for t in ts):
+                raise ValueError(f"{name}: need one finite positive time per size, got {ts}")
+        if not self.times:
+            raise ValueError("a crossover table needs at least one algorithm")
+
+    def best(self) -> tuple[str, ...]:
+        """The fastest algorithm at each size (ties: the first name in alphabetical order)."""
+        return tuple(min(self.times, key=lambda a: (self.times[a][i], a))
+                     for i in range(len(self.sizes)))
+
+    def pick(self, nbytes: int) -> str | None:
+        """The winner at the measured size nearest ``nbytes`` on a log scale; None below the
+        smallest size (the model decides there)."""
+        if nbytes < self.sizes[0]:
+            return None
+        where = math.log2(nbytes)
+        i = min(range(len(self.sizes)), key=lambda j: abs(math.log2(self.sizes[j]) - where))
+        return self.best()[i]
+
+    def to_json(self, key: str) -> bytes:
+        return json.dumps({"schema": SCHEMA, "key": key, "sizes": list(self.sizes),
+                           "times": {a: list(ts) for a, ts in self.times.items()}},
+                          indent=1).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, key: str) -> Crossovers:
+        """The table in ``data``; ValueError if it is not one, of another key or schema, or
+        names algorithms other than the modeled ones."""
+        record = json.loads(data)
+        if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+            raise ValueError(f"not a schema-{SCHEMA} crossover table")
+        if record.get("key") != key:
+            raise ValueError("measured on another machine, world size or library (key "
+                             "differs)")
+        names = {a.name for a in modeled()}
+        if set(record["times"]) != names:
+            raise ValueError(f"times for {sorted(record['times'])}, the algorithms are "
+                             f"{sorted(names)}")
+        return cls(tuple(int(s) for s in record["sizes"]),
+                   {a: tuple(float(t) for t in ts) for a, ts in record["times"].items()})
+
+
+def _host_id() -> int:
+    return zlib.crc32(socket.gethostname().encode())
+
+
+def _library(comm: Communicator) -> str:
+    if comm.engine == "mpi":
+        from mpi4py import MPI
+
+        return MPI.Get_library_version().splitlines()[0].strip()
+    import torch
+
+    return f"torch {torch.__version__}"
+
+
+def key(comm: Communicator, *, timeout: float | None = None) -> str:
+    """What the times depend on, hashed (collective: every rank's host is gathered)."""
+    hosts = comm.allgather_ints(np.array([_host_id()]), collective="tuning key",
+                                timeout=timeout)[:, 0].tolist()
+    try:
+        version = metadata.version("compcoll")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    what = {"schema": SCHEMA, "world": comm.size, "hosts": hosts, "engine": comm.engine,
+            "library": _library(comm), "algorithms": [a.name for a in modeled()],
+            "compcoll": version}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+
+
+def path(k: str) -> Path:
+    """The file of key ``k`` (see the module doc)."""
+    base = os.environ.get(ENV_CACHE) or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "compcoll")
+    return Path(base) / "tuning" / f"{k}.json"
+
+
+def _time_all(comm: Communicator, sizes: tuple[int, ...], reps: int,
+              timeout: float | None) -> np.ndarray:
+    """This rank's median seconds per call, [algorithm, size]."""
+    from .api import allreduce
+
+    names = [a.name for a in modeled()]
+    med = np.zeros((len(names), len(sizes)))
+    for j, n in enumerate(sizes):
+        buf = np.ones(max(n // 4, 1), np.float32)
+        out = np.empty_like(buf)
+        for a in names:  # warm-up: first touch of the buffers, the algorithms' workspaces
+            allreduce(buf, out=out, algorithm=a, comm=comm, timeout=timeout)
+        times: dict[str, list[float]] = {a: [] for a in names}
+        for r in range(reps):
+            for a in names[r % len(names):] + names[:r % len(names)]:  # rotate the order
+                comm.barrier(timeout=timeout)
+                t0 = time.perf_counter()
+                allreduce(buf, out=out, algorithm=a, comm=comm, timeout=timeout)
+                times[a].append(time.perf_counter() - t0)
+        for i, a in enumerate(names):
+            med[i, j] = statistics.median(times[a])
+    return med
+
+
+def tune(comm: Any = None, *, sizes: tuple[int, ...] = SIZES, reps: int = 5,
+         save: bool = True, timeout: float | None = None) -> Crossovers:
+    """Time every modeled algorithm at ``sizes`` (bytes of float32) on ``comm`` and make the
+    result "auto"'s table from ``sizes[0]`` up (collective; see the module doc).
+
+    Example::
+
+        >>> import collectives
+        >>> from collectives import tuning
+        >>> t = tuning.tune(sizes=(1 << 20,), reps=1, save=False)
+        >>> pick = collectives.costmodel.choose(collectives.as_communicator(), 1 << 20)
+        >>> assert pick == t.best()[0]
+    """
+    from .transport import as_communicator
+
+    c = as_communicator(comm)
+    check_timeout(timeout)
+    sizes = tuple(int(s) for s in sizes)
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    table_of_names = [a.name for a in modeled()]
+    saved, defaults.validate = defaults.validate, False  # no per-call metadata allgather
+    try:
+        mine = _time_all(c, sizes, reps, timeout)
+    finally:
+        defaults.validate = saved
+    every = c.allgather_ints(mine.reshape(-1).view(np.int64), collective="tuning",
+                             timeout=timeout)
+    worst = every.view(np.float64).max(axis=0).reshape(mine.shape)  # slowest rank paces
+    table = Crossovers(sizes, {a: tuple(map(float, worst[i]))
+                               for i, a in enumerate(table_of_names)})
+    c.cache.crossovers, c.cache.crossovers_looked_up = table, True
+    if save:
+        k = key(c, timeout=timeout)
+        if c.rank == 0:
+            write_atomic(path(k), table.to_json(k), "crossover table")
+    return table
+
+
+def load(comm: Communicator, *, timeout: float | None = None) -> Crossovers | None:
+    """The saved table of this communicator's key, read by rank 0, on every rank
+    (collective); None everywhere when there is none or it is unusable (a warning says why)."""
+    k = key(comm, timeout=timeout)
+    data = None
+    if comm.rank == 0:
+        try:
+            data = path(k).read_bytes()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            warnings.warn(f"crossover table {path(k)} ignored ({exc})", stacklevel=2)
+    data = comm.share_bytes(data, collective="tuning table", timeout=timeout)
+    if data is None:
+        return None
+    try:
+        return Crossovers.from_json(data, k)
+    except (ValueError, KeyError, TypeError) as exc:
+        if comm.rank == 0:
+            warnings.warn(f"crossover table {path(k)} ignored ({exc}); the cost model decides",
+                          stacklevel=2)
+        return None
+
+
+def lookup(comm: Communicator, *, timeout: float | None = None) -> Crossovers | None:
+    """The communicator's table: the one :func:`tune` made, else the saved one, looked for
+    once (collective on that first call; ``COMPCOLL_TUNE=0`` skips it)."""
+    cache = comm.cache
+    if not cache.crossovers_looked_up:
+        cache.crossovers_looked_up = True
+        if os.environ.get(ENV_TUNE, "1") != "0" and comm.size > 1:
+            cache.crossovers = load(comm, timeout=timeout)
+    return cache.crossovers

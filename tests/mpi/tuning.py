@@ -1,0 +1,87 @@
+"""auto's measured crossover table on live ranks: tune, pick by it, save, load, ignore.
+
+Run: mpiexec -n P python tests/mpi/tuning.py (COMPCOLL_CACHE_DIR: a fresh directory). Every
+rank asserts; the times measured here decide nothing the checks depend on, except through
+the table every rank must hold alike.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+
+import collectives
+from collectives import costmodel, tuning
+from collectives.algorithms import modeled
+
+from common import WORLD, Checker
+
+SIZES = (64 << 10, 256 << 10)
+
+
+def fresh() -> collectives.Communicator:
+    return collectives.as_communicator(WORLD.Dup())
+
+
+def main() -> None:
+    chk = Checker("tuning")
+    names = [a.name for a in modeled()]
+
+    # tune: one table on every rank, the winners among the modeled algorithms
+    comm = fresh()
+    table = chk.run("tune", tuning.tune, comm, sizes=SIZES, reps=2)
+    if table is None:
+        chk.finish()
+    everyone = WORLD.allgather((table.sizes, table.times))
+    chk.check(all(e == everyone[0] for e in everyone), "every rank holds the same table")
+    chk.check(set(table.times) == set(names) and set(table.best()) <= set(names),
+              f"times for every modeled algorithm: {table.times}")
+
+    # auto follows the table from its smallest size, the model below
+    pinned = tuning.Crossovers(SIZES, {a: (1.0, 1.0) for a in names}
+                               | {"tree": (0.5, 2.0), "recursive_doubling": (2.0, 0.5)})
+    comm.cache.crossovers = pinned
+    chk.check(costmodel.choose(comm, SIZES[0]) == "tree", "table's winner at 64 KiB")
+    chk.check(costmodel.choose(comm, 1 << 30) == "recursive_doubling", "largest size's winner")
+    c = costmodel.params(comm)
+    below = min(names, key=lambda a: (costmodel.predict(a, comm.size, 4096, c), a))
+    chk.check(costmodel.choose(comm, 4096) == below, "the model below the table")
+    for n in (0, 1, 7, 16411, 65536 // 4 + 3, 200003):  # sizes on both sides of 64 KiB
+        x = np.arange(n, dtype=np.float32) * (WORLD.rank + 1)
+        got = collectives.allreduce(x, comm=comm)
+        want = np.arange(n, dtype=np.float32) * sum(range(1, WORLD.size + 1))
+        chk.check(np.array_equal(got, want), f"auto with a table, n={n}")
+        chk.identical(got, f"auto with a table, n={n}")
+
+    # the saved table is found by a fresh communicator's first auto pick
+    later = fresh()
+    chk.check(costmodel.choose(later, SIZES[-1]) == table.best()[-1], "saved table loaded")
+    chk.check(later.cache.crossovers == table, "loaded table equals the tuned one")
+
+    # COMPCOLL_TUNE=0: not looked for
+    os.environ[tuning.ENV_TUNE] = "0"
+    off = fresh()
+    costmodel.choose(off, SIZES[-1])
+    chk.check(off.cache.crossovers is None, "COMPCOLL_TUNE=0 skips the saved table")
+    del os.environ[tuning.ENV_TUNE]
+
+    # a damaged file: a warning on rank 0, the model decides, nothing hangs
+    target = tuning.path(tuning.key(comm))
+    if WORLD.rank == 0:
+        target.write_text('{"schema": 1, "key": "x"')
+    WORLD.Barrier()
+    damaged = fresh()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        costmodel.choose(damaged, SIZES[-1])
+    chk.check(damaged.cache.crossovers is None, "a damaged table is ignored")
+    if WORLD.rank == 0:
+        chk.check(any("ignored" in str(w.message) for w in caught),
+                  f"a warning names the damaged file: {[str(w.message) for w in caught]}")
+    chk.finish()
+
+
+if __name__ == "__main__":
+    main()
