@@ -41,7 +41,7 @@ import numpy as np
 from .algorithms import modeled
 from .config import check_timeout, defaults
 from .files import write_atomic
-from .transport.base import Communicator
+from .transport.base import Communicator, share_bytes
 
 SCHEMA = 1
 #: Sizes timed by default: 1 MB to 64 MB in factors of two (below 1 MB the model decides).
@@ -225,7 +225,7 @@ def load(comm: Communicator, *, timeout: float | None = None) -> Crossovers | No
             pass
         except OSError as exc:
             warnings.warn(f"crossover table {path(k)} ignored ({exc})", stacklevel=2)
-    data = comm.share_bytes(data, collective="tuning table", timeout=timeout)
+    data = share_bytes(comm, data, collective="tuning table", timeout=timeout)
     if data is None:
         return None
     try:

@@ -31,6 +31,7 @@ import numpy as np
 import compressors
 
 from ..files import write_atomic
+from ..transport.base import share_bytes
 from .profile import PER_CANDIDATE
 
 SCHEMA = 2
@@ -169,7 +170,7 @@ def read(path: Path, want: str, world: int, cands: tuple[str, ...],
 
 def share(comm: Any, data: bytes | None) -> bytes | None:
     """Rank 0's ``data`` on every rank (collective; None where rank 0 has none)."""
-    return comm.share_bytes(data, collective="policy cache")
+    return share_bytes(comm, data, collective="policy cache")
 
 
 def load(data: bytes) -> dict[str, Any]:

@@ -175,21 +175,6 @@ class Communicator(ABC):
         wait_all([self.iallgather_ints(v, out)], collective=collective, timeout=timeout)
         return out
 
-    def share_bytes(self, data: bytes | None, *, collective: str = "share_bytes",
-                    timeout: float | None = None) -> bytes | None:
-        """Rank 0's ``data`` on every rank (collective; None everywhere when rank 0 has
-        none; the other ranks' ``data`` is ignored). For small records: a file rank 0 read."""
-        mine = len(data) if self.rank == 0 and data is not None else 0
-        n = int(self.allgather_ints(np.array([mine]), collective=collective,
-                                    timeout=timeout)[0, 0])
-        if n == 0:
-            return None
-        buf = np.zeros(-(-n // 8) * 8, dtype=np.uint8)
-        if self.rank == 0:
-            buf[:n] = np.frombuffer(data, dtype=np.uint8)  # type: ignore[arg-type]
-        table = self.allgather_ints(buf.view(np.int64), collective=collective, timeout=timeout)
-        return np.ascontiguousarray(table[0]).view(np.uint8)[:n].tobytes()
-
     def barrier(self, timeout: float | None = None) -> None:
         """Block until every rank has arrived (with a deadline).
 
@@ -223,4 +208,22 @@ class Communicator(ABC):
         return f"<{type(self).__name__} rank {self.rank} of {self.size}>"
 
 
-__all__ = ["CommCache", "Communicator", "Request", "test_all", "wait_all"]
+__all__ = ["CommCache", "Communicator", "Request", "share_bytes", "test_all", "wait_all"]
+
+
+def share_bytes(comm: Any, data: bytes | None, *, collective: str = "share_bytes",
+                timeout: float | None = None) -> bytes | None:
+    """Rank 0's ``data`` on every rank of ``comm`` (anything with ``rank`` and
+    ``allgather_ints``; collective; None everywhere when rank 0 has none, the other ranks'
+    ``data`` ignored). For small records: a file rank 0 read."""
+    mine = len(data) if comm.rank == 0 and data is not None else 0
+    n = int(comm.allgather_ints(np.array([mine]), collective=collective,
+                                timeout=timeout)[0, 0])
+    if n == 0:
+        return None
+    buf = np.zeros(-(-n // 8) * 8, dtype=np.uint8)
+    if comm.rank == 0:
+        buf[:n] = np.frombuffer(data, dtype=np.uint8)  # type: ignore[arg-type]
+    table = comm.allgather_ints(buf.view(np.int64), collective=collective, timeout=timeout)
+    return np.ascontiguousarray(np.asarray(table, dtype=np.int64)[0]).view(np.uint8)[:n] \
+        .tobytes()
