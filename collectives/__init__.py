@@ -27,6 +27,7 @@ from .errors import (
 from .progress import Handle
 from .sparse import isparse_allreduce, sparse_allreduce
 from .transport import Communicator, as_communicator
+from .tuning import tune
 from .version import __version__
 
 
@@ -60,5 +61,5 @@ __all__ = [
     "Communicator", "Handle",
     "MismatchError", "TransportError", "algorithms", "allgather", "allreduce",
     "as_communicator", "broadcast", "defaults", "iallreduce", "isparse_allreduce",
-    "reduce_scatter", "schemes", "sparse_allreduce",
+    "reduce_scatter", "schemes", "sparse_allreduce", "tune",
 ]

@@ -157,14 +157,14 @@ def ready(comm: Communicator, *, timeout: float | None = None) -> None:
 
 
 def choose(comm: Communicator, nbytes: int, *, timeout: float | None = None) -> str:
-    """The algorithm "auto" runs for ``nbytes`` (identical on all ranks): the measured
-    crossover table's winner where the communicator has one that covers the size
-    (``collectives.tuning``), else the least predicted time. Fits the model, and looks for a
-    saved table, on first use (collective), each wait bounded by ``timeout``."""
-    table = lookup(comm, timeout=timeout)
-    measured = table.pick(nbytes) if table is not None else None
-    if measured is not None:
-        return measured
+    """The algorithm "auto" runs for ``nbytes`` (identical on all ranks): the least
+    predicted time, overruled where the communicator's measured crossover table covers the
+    size and times that pick clearly slower than its winner (``collectives.tuning``). Fits the
+    model, and looks for a saved table, on first use (collective), each wait bounded by
+    ``timeout``."""
     c = params(comm, timeout=timeout)
-    return min((a.name for a in modeled()),
-               key=lambda a: (predict(a, comm.size, nbytes, c), a))
+    model = min((a.name for a in modeled()),
+                key=lambda a: (predict(a, comm.size, nbytes, c), a))
+    table = lookup(comm, timeout=timeout)
+    measured = table.pick(nbytes, model) if table is not None else None
+    return model if measured is None else measured

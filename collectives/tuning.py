@@ -9,15 +9,17 @@ registry with a cost formula runs ``reps`` times, interleaved (so that a slow sp
 machine falls on all of them), each call timed on its own after a barrier; the slowest
 rank's median per call decides, so every rank holds the same table.
 
-"auto" then picks by the table from its smallest size up (the winner at the nearest measured
-size, on a log scale) and by the model below it. A table is kept on the communicator and,
-unless ``save=False``, in ``<dir>/tuning/<key>.json``, where ``<dir>`` is
-``$COMPCOLL_CACHE_DIR``, else ``$XDG_CACHE_HOME/compcoll`` (``~/.cache/compcoll``). The key
-hashes what the times depend on: the world size, each rank's host, the engine and its
-library, the algorithms and compcoll's version. On a communicator's first "auto" pick, rank 0
-looks for that file and every rank gets what it read (``COMPCOLL_TUNE=0``, set alike on every
-rank, skips the look-up). A file that does not parse, is of another key or holds anything
-out of range is ignored with a warning: the model decides, as without a table.
+"auto" then picks by the table from its smallest size up and by the model below it: at the
+measured size nearest the message (log scale), the model's pick runs unless the table times
+it more than ``MARGIN`` (10%) slower than the winner there, in which case the winner runs.
+A table is kept on the communicator and, unless ``save=False``, in
+``<dir>/tuning/<key>.json``, where ``<dir>`` is ``$COMPCOLL_CACHE_DIR``, else
+``$XDG_CACHE_HOME/compcoll`` (``~/.cache/compcoll``). The key hashes what the times depend
+on: the world size, each rank's host, the engine and its library, the algorithms and
+compcoll's version. On a communicator's first "auto" pick, rank 0 looks for that file and
+every rank gets what it read (``COMPCOLL_TUNE=0``, set alike on every rank, skips the
+look-up). A file that does not parse, is of another key or holds anything out of range is
+ignored with a warning: the model decides, as without a table.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from .transport.base import Communicator, share_bytes
 SCHEMA = 1
 #: Sizes timed by default: 1 MB to 64 MB in factors of two (below 1 MB the model decides).
 SIZES: tuple[int, ...] = tuple(1 << k for k in range(20, 27))
+#: How much slower than the table's winner the model's pick may be timed and still run.
+MARGIN = 0.10
 ENV_CACHE = "COMPCOLL_CACHE_DIR"
 ENV_TUNE = "COMPCOLL_TUNE"
 
@@ -64,6 +68,8 @@ class Crossovers:
         ('tree', 'ring')
         >>> t.pick(512 << 10), t.pick(1 << 20), t.pick(3 << 20), t.pick(1 << 30)
         (None, 'tree', 'ring', 'ring')
+        >>> t.pick(1 << 20, model="ring"), t.pick(4 << 20, model="tree")  # 2x, 1.8x slower
+        ('tree', 'ring')
     """
 
     sizes: tuple[int, ...]
@@ -83,14 +89,22 @@ class Crossovers:
         return tuple(min(self.times, key=lambda a: (self.times[a][i], a))
                      for i in range(len(self.sizes)))
 
-    def pick(self, nbytes: int) -> str | None:
-        """The winner at the measured size nearest ``nbytes`` on a log scale; None below the
-        smallest size (the model decides there)."""
+    def pick(self, nbytes: int, model: str | None = None) -> str | None:
+        """What "auto" runs for ``nbytes``: at the measured size nearest it (log scale), the
+        model's pick ``model`` unless the table times it more than ``MARGIN`` slower than the
+        winner there, else the winner. None below the smallest size (the model decides).
+
+        The margin keeps a near-tie to the model: a table of a few calls per algorithm on
+        busy cores orders algorithms within ~10% of each other by chance, and overriding the
+        model on such evidence moves the pick as often wrong as right."""
         if nbytes < self.sizes[0]:
             return None
         where = math.log2(nbytes)
         i = min(range(len(self.sizes)), key=lambda j: abs(math.log2(self.sizes[j]) - where))
-        return self.best()[i]
+        best = self.best()[i]
+        if model in self.times and self.times[model][i] <= (1 + MARGIN) * self.times[best][i]:
+            return model
+        return best
 
     def to_json(self, key: str) -> bytes:
         return json.dumps({"schema": SCHEMA, "key": key, "sizes": list(self.sizes),
@@ -174,7 +188,7 @@ def _time_all(comm: Communicator, sizes: tuple[int, ...], reps: int,
     return med
 
 
-def tune(comm: Any = None, *, sizes: tuple[int, ...] = SIZES, reps: int = 5,
+def tune(comm: Any = None, *, sizes: tuple[int, ...] = SIZES, reps: int = 9,
          save: bool = True, timeout: float | None = None) -> Crossovers:
     """Time every modeled algorithm at ``sizes`` (bytes of float32) on ``comm`` and make the
     result "auto"'s table from ``sizes[0]`` up (collective; see the module doc).
@@ -182,10 +196,9 @@ def tune(comm: Any = None, *, sizes: tuple[int, ...] = SIZES, reps: int = 5,
     Example::
 
         >>> import collectives
-        >>> from collectives import tuning
-        >>> t = tuning.tune(sizes=(1 << 20,), reps=1, save=False)
-        >>> pick = collectives.costmodel.choose(collectives.as_communicator(), 1 << 20)
-        >>> assert pick == t.best()[0]
+        >>> from collectives import costmodel
+        >>> t = collectives.tune(sizes=(1 << 20,), reps=1, save=False)
+        >>> assert costmodel.choose(collectives.as_communicator(), 4 << 20) == t.best()[0]
     """
     from .transport import as_communicator
 

@@ -28,6 +28,15 @@ def test_the_table_picks_the_winner_at_the_nearest_size_on_a_log_scale() -> None
         "ring", "ring", "tree", "tree", "rabenseifner", "rabenseifner"]
 
 
+def test_the_models_pick_stays_unless_the_table_times_it_clearly_slower() -> None:
+    t = Crossovers((MB,), {a: (1.0,) for a in NAMES} | {"ring": (0.95,), "tree": (1.2,)})
+    assert t.best() == ("ring",)
+    assert t.pick(MB, model="rabenseifner") == "rabenseifner"  # 1.053x: a near-tie
+    assert t.pick(MB, model="tree") == "ring"  # 1.26x slower: overruled
+    assert t.pick(MB, model=None) == "ring"
+    assert t.pick(MB, model="unknown") == "ring"
+
+
 def test_ties_go_to_the_first_name_so_every_rank_picks_alike() -> None:
     t = Crossovers((MB,), {a: (1.0,) for a in NAMES})
     assert t.best() == (min(NAMES),)

@@ -28,8 +28,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("64M"),
                    help="largest size timed, default 64M")
     p.add_argument("-f", "--stepfactor", type=int, default=2, help="size factor, default 2")
-    p.add_argument("-n", "--reps", type=checks.positive_int, default=5,
-                   help="timed calls per algorithm and size (5), interleaved")
+    p.add_argument("-n", "--reps", type=checks.positive_int, default=9,
+                   help="timed calls per algorithm and size (9), interleaved")
     p.add_argument("--no-save", action="store_true",
                    help="print the table, do not save it for later runs")
     p.add_argument("--json", metavar="PATH", help="write the table and the command as JSON")
@@ -58,15 +58,16 @@ def run(args: argparse.Namespace) -> int:
              f"per algorithm and size; time(us) is the slowest rank's median",
              f"# command: {' '.join(command_line)}",
              f"{'size(B)':>11} " + " ".join(f"{a:>18}" for a in names)
-             + f" {'measured best':>18} {'model picks':>18}"]
+             + f" {'measured best':>18} {'model picks':>18} {'auto runs':>18}"]
     for i, (size, best) in enumerate(zip(table.sizes, table.best(), strict=True)):
         model = min(names, key=lambda a: (costmodel.predict(a, comm.size, size, cost), a))
         lines.append(f"{size:>11} " + " ".join(f"{table.times[a][i] * 1e6:>18.1f}"
                                                for a in names)
-                     + f" {best:>18} {model + ('' if model == best else ' *'):>18}")
+                     + f" {best:>18} {model:>18} {table.pick(size, model):>18}")
     where = "not saved (--no-save)" if args.no_save else f"saved to {tuning_mod.path(key)}"
-    lines.append(f"# * the model's pick differs; auto now picks the measured best from "
-                 f"{table.sizes[0]} B up; table {where}")
+    lines.append(f"# auto runs the model's pick unless the table times it more than "
+                 f"{tuning_mod.MARGIN:.0%} slower than the measured best (from "
+                 f"{table.sizes[0]} B up; the model alone below); table {where}")
     print("\n".join(lines))
     if args.txt:
         with open(args.txt, "w") as f:
@@ -77,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
                        "date": datetime.datetime.now(datetime.timezone.utc)
                        .isoformat(timespec="seconds"),
                        "sizes": list(table.sizes), "times_s": table.times,
-                       "best": list(table.best()), "key": key}, f, indent=1)
+                       "best": list(table.best()), "margin": tuning_mod.MARGIN,
+                       "auto": [table.pick(size, min(names, key=lambda a: (
+                           costmodel.predict(a, comm.size, size, cost), a)))
+                           for size in table.sizes],
+                       "key": key}, f, indent=1)
             f.write("\n")
     return 0

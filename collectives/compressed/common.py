@@ -174,7 +174,7 @@ def _wire_nbytes(comp: Compressor, shape: tuple[int, ...], dtype: str) -> int | 
 
 def workspace(comm: Communicator, key: tuple, n: int, dtype: np.dtype) -> np.ndarray:
     """A reusable flat array of ``n`` elements of ``dtype`` stored on ``comm`` under ``key``."""
-    store: dict = comm.__dict__.setdefault("_workspace", {})
+    store: dict = comm.cache.workspace
     buf = store.get(key)
     if buf is None or buf.dtype != dtype or buf.size < n:
         buf = np.empty(n, dtype)

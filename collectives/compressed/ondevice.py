@@ -51,7 +51,7 @@ class DeviceCtx(Ctx):
     pending: bool = False  # codec work queued since the last stream synchronization
 
     def buffer(self, role: str, n: int, dtype: np.dtype | None = None) -> Any:
-        store: dict = self.comm.__dict__.setdefault("_device_workspace", {})
+        store: dict = self.comm.cache.device_workspace
         key = (type(self.codec), self.name, role)
         want = np.dtype(dtype or F32)
         buf = store.get(key)

@@ -21,7 +21,7 @@ _PROBE = 1 << 18
 def measure(comm: Communicator, comp: Compressor) -> tuple[float, float, float, float]:
     """(compress s/B, decompress s/B, payload bytes per element, kept fraction) of ``comp``,
     identical on every rank (collective on first use per compressor)."""
-    cache: dict = comm.__dict__.setdefault("_compressor_speed", {})
+    cache: dict = comm.cache.compressor_speed
     key = (comp.name, tuple(sorted(comp.params.items())))
     if key not in cache:
         x = np.random.default_rng(0).standard_normal(_PROBE).astype(np.float32)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -67,6 +67,14 @@ class CommCache:
     #: saved one was looked for
     crossovers: Any = None
     crossovers_looked_up: bool = False
+    #: reusable host arrays of the compressed schemes, by (role, ...) key
+    #: (``collectives.compressed.common.workspace``)
+    workspace: dict = field(default_factory=dict)
+    #: the same for device codecs' buffers (``collectives.compressed.ondevice``)
+    device_workspace: dict = field(default_factory=dict)
+    #: each compressor's measured speed and payload size, for scheme="auto"
+    #: (``collectives.compressed.select.measure``)
+    compressor_speed: dict = field(default_factory=dict)
     #: the engine object ``as_communicator`` wrapped: an MPI communicator kept alive while the
     #: wrapper is cached (its id() cannot be reused by another object), a torch.distributed
     #: group through a weak reference (destroy_process_group must free it)
