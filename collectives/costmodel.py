@@ -148,6 +148,11 @@ def params(comm: Communicator, *, timeout: float | None = None) -> CostParams:
     return cached
 
 
+def predicted_best(p: int, nbytes: int, c: CostParams) -> str:
+    """The modeled algorithm with the least predicted time (ties: the first name)."""
+    return min((a.name for a in modeled()), key=lambda a: (predict(a, p, nbytes, c), a))
+
+
 def ready(comm: Communicator, *, timeout: float | None = None) -> None:
     """Fit the model and look for a saved crossover table now, collectively, where every
     rank is at the same call (not midway through a collective whose steps pick an
@@ -162,9 +167,7 @@ def choose(comm: Communicator, nbytes: int, *, timeout: float | None = None) -> 
     size and times that pick clearly slower than its winner (``collectives.tuning``). Fits the
     model, and looks for a saved table, on first use (collective), each wait bounded by
     ``timeout``."""
-    c = params(comm, timeout=timeout)
-    model = min((a.name for a in modeled()),
-                key=lambda a: (predict(a, comm.size, nbytes, c), a))
+    model = predicted_best(comm.size, nbytes, params(comm, timeout=timeout))
     table = lookup(comm, timeout=timeout)
     measured = table.pick(nbytes, model) if table is not None else None
     return model if measured is None else measured

@@ -6,8 +6,9 @@ Where ranks share memory and cores, an algorithm's time depends on caches, memor
 and scheduling that no fitted line holds, and the model's pick can take 1.4x the best
 algorithm's time. :func:`tune` measures instead: at each size, every algorithm of the
 registry with a cost formula runs ``reps`` times, interleaved (so that a slow spell of the
-machine falls on all of them), each call timed on its own after a barrier; the slowest
-rank's median per call decides, so every rank holds the same table.
+machine falls on all of them), each call timed on its own after the engine's barrier; a
+call lasts until its slowest rank is done, and the median over the calls decides, so every
+rank holds the same table (as ``compcoll bench allreduce`` times a row).
 
 "auto" then picks by the table from its smallest size up and by the model below it: at the
 measured size nearest the message (log scale), the model's pick runs unless the table times
@@ -29,7 +30,6 @@ import json
 import math
 import os
 import socket
-import statistics
 import time
 import warnings
 import zlib
@@ -48,6 +48,8 @@ from .transport.base import Communicator, share_bytes
 SCHEMA = 1
 #: Sizes timed by default: 1 MB to 64 MB in factors of two (below 1 MB the model decides).
 SIZES: tuple[int, ...] = tuple(1 << k for k in range(20, 27))
+#: Untimed calls of every algorithm at each size before the timed ones.
+WARMUP = 2
 #: How much slower than the table's winner the model's pick may be timed and still run.
 MARGIN = 0.10
 ENV_CACHE = "COMPCOLL_CACHE_DIR"
@@ -164,28 +166,37 @@ def path(k: str) -> Path:
     return Path(base) / "tuning" / f"{k}.json"
 
 
+def _sync(comm: Communicator, timeout: float | None) -> None:
+    """Start every rank's call together: the engine's own barrier, whose ranks leave within
+    microseconds of each other (compcoll's polls with a back-off of up to 0.5 ms, which
+    would be timed as part of the call)."""
+    if comm.engine == "mpi":
+        comm.comm.Barrier()  # type: ignore[attr-defined]
+    else:
+        comm.barrier(timeout=timeout)
+
+
 def _time_all(comm: Communicator, sizes: tuple[int, ...], reps: int,
               timeout: float | None) -> np.ndarray:
-    """This rank's median seconds per call, [algorithm, size]."""
+    """This rank's seconds for every call, [algorithm, size, repeat], as ``compcoll bench
+    allreduce`` times them: the engine's barrier, then one call."""
     from .api import allreduce
 
     names = [a.name for a in modeled()]
-    med = np.zeros((len(names), len(sizes)))
+    times = np.zeros((len(names), len(sizes), reps))
     for j, n in enumerate(sizes):
         buf = np.ones(max(n // 4, 1), np.float32)
         out = np.empty_like(buf)
-        for a in names:  # warm-up: first touch of the buffers, the algorithms' workspaces
-            allreduce(buf, out=out, algorithm=a, comm=comm, timeout=timeout)
-        times: dict[str, list[float]] = {a: [] for a in names}
+        for _ in range(WARMUP):  # first touch of the buffers, the algorithms' workspaces
+            for a in names:
+                allreduce(buf, out=out, algorithm=a, comm=comm, timeout=timeout)
         for r in range(reps):
             for a in names[r % len(names):] + names[:r % len(names)]:  # rotate the order
-                comm.barrier(timeout=timeout)
+                _sync(comm, timeout)
                 t0 = time.perf_counter()
                 allreduce(buf, out=out, algorithm=a, comm=comm, timeout=timeout)
-                times[a].append(time.perf_counter() - t0)
-        for i, a in enumerate(names):
-            med[i, j] = statistics.median(times[a])
-    return med
+                times[names.index(a), j, r] = time.perf_counter() - t0
+    return times
 
 
 def tune(comm: Any = None, *, sizes: tuple[int, ...] = SIZES, reps: int = 9,
@@ -198,7 +209,9 @@ def tune(comm: Any = None, *, sizes: tuple[int, ...] = SIZES, reps: int = 9,
         >>> import collectives
         >>> from collectives import costmodel
         >>> t = collectives.tune(sizes=(1 << 20,), reps=1, save=False)
-        >>> assert costmodel.choose(collectives.as_communicator(), 4 << 20) == t.best()[0]
+        >>> c = collectives.as_communicator()
+        >>> model = costmodel.predicted_best(c.size, 4 << 20, costmodel.params(c))
+        >>> assert costmodel.choose(c, 4 << 20) == t.pick(4 << 20, model)
     """
     from .transport import as_communicator
 
@@ -215,8 +228,10 @@ def tune(comm: Any = None, *, sizes: tuple[int, ...] = SIZES, reps: int = 9,
         defaults.validate = saved
     every = c.allgather_ints(mine.reshape(-1).view(np.int64), collective="tuning",
                              timeout=timeout)
-    worst = every.view(np.float64).max(axis=0).reshape(mine.shape)  # slowest rank paces
-    table = Crossovers(sizes, {a: tuple(map(float, worst[i]))
+    # each call lasts until its slowest rank is done; the median over the calls decides
+    slowest = every.view(np.float64).max(axis=0).reshape(mine.shape)
+    med = np.median(slowest, axis=2)
+    table = Crossovers(sizes, {a: tuple(map(float, med[i]))
                                for i, a in enumerate(table_of_names)})
     c.cache.crossovers, c.cache.crossovers_looked_up = table, True
     if save:

@@ -93,3 +93,14 @@ def test_bench_regret_command_writes_its_files_and_refuses_other_json(tmp_path) 
         assert exc.code == 2
     else:
         raise AssertionError("a JSON without rows was accepted")
+
+
+def test_reference_runs_join_the_medians_but_their_picks_are_not_judged() -> None:
+    from bench.commands import bench_regret
+
+    judged = [_run(3, {MB: {"ring": 100.0, "tree": 90.0}}, {MB: "ring"})]
+    reference = [_run(3, {MB: {"ring": 100.0, "tree": 200.0}}, {MB: "tree"}),
+                 _run(3, {MB: {"ring": 100.0, "tree": 300.0}}, {MB: "tree"})]
+    cell, = bench_regret.cells(judged, reference=reference)
+    assert cell["picks"] == {"ring": 1} and cell["runs"] == 1
+    assert cell["median_us"] == {"ring": 100.0, "tree": 200.0} and cell["regret"] == 1.0

@@ -34,25 +34,32 @@ GOAL = 1.10
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="JSON",
                    help="bench allreduce --json files (several runs; any rank counts)")
+    p.add_argument("--reference", nargs="+", default=[], metavar="JSON",
+                   help="more runs whose times join the medians but whose picks are not "
+                        "judged (to judge two rules against the same medians)")
     p.add_argument("--from-bytes", type=int, default=REGRET_FROM,
                    help=f"smallest size judged (default {REGRET_FROM})")
     p.add_argument("--md", help="write the table as Markdown here")
     p.add_argument("--json", help="write the cells and the summary as JSON here")
 
 
-def cells(runs: list[dict[str, Any]], from_bytes: int = REGRET_FROM) -> list[dict[str, Any]]:
-    """Per (ranks, size, placement): the median time of each algorithm over the runs, the
-    picks, the best algorithm and the regret (see the module doc)."""
+def cells(runs: list[dict[str, Any]], from_bytes: int = REGRET_FROM,
+          reference: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Per (ranks, size, placement): the median time of each algorithm over the runs (and
+    the ``reference`` runs), the picks of ``runs``, the best algorithm and the regret (see
+    the module doc)."""
     times: dict[tuple[int, int, bool], dict[str, list[float]]] = {}
     picks: dict[tuple[int, int, bool], list[str]] = {}
-    for run in runs:
+    judged = {id(run) for run in runs}
+    for run in [*runs, *(reference or [])]:
         candidates = set(run.get("modeled") or (a.name for a in modeled()))
         for r in run["rows"]:
             if r.get("compressor", "none") != "none" or r["size"] < from_bytes:
                 continue
             key = (run["ranks"], r["size"], r["inplace"])
             if r["algo"] == "auto" and r.get("auto_choice"):
-                picks.setdefault(key, []).append(r["auto_choice"])
+                if id(run) in judged:
+                    picks.setdefault(key, []).append(r["auto_choice"])
             elif r["algo"] in candidates:
                 times.setdefault(key, {}).setdefault(r["algo"], []).append(r["time_us"])
     out = []
@@ -92,13 +99,14 @@ def summary(table: list[dict[str, Any]], goal: float = GOAL) -> dict[str, Any]:
 
 
 def markdown(table: list[dict[str, Any]], summ: dict[str, Any], files: list[str],
-             argv: list[str]) -> str:
+             reference: list[str], argv: list[str]) -> str:
     """The report: how it was made, the summary per number of ranks, then every cell."""
     lines = ["# auto's regret on shared memory (compcoll bench regret)", "",
              f"command: `compcoll {' '.join(argv)}`", "",
-             f"runs read: {len(files)} ({', '.join(sorted(set(files)))})", "",
-             f"regret = median over runs of t_med(the run's pick) / t_med(best algorithm); "
-             f"t_med is each algorithm's median time over the runs; goal <= {summ['goal']:.2f}",
+             f"runs judged: {len(files)}; reference runs (times only): {len(reference)}", "",
+             f"regret = median over the judged runs of t_med(the run's pick) / t_med(best "
+             f"algorithm); t_med is each algorithm's median time over all runs read; goal <= "
+             f"{summ['goal']:.2f}",
              "", "| ranks | cells | median regret | max regret | cells over goal |",
              "|---|---|---|---|---|"]
     for p, s in summ["per_ranks"].items():
@@ -120,25 +128,30 @@ def markdown(table: list[dict[str, Any]], summ: dict[str, Any], files: list[str]
     return "\n".join(lines) + "\n"
 
 
-@command("bench regret", arguments=_arguments,
-         help="auto's regret (its pick's time over the best algorithm's) over repeated "
-              "bench allreduce runs")
-def run(args: argparse.Namespace) -> int:
+def _read(paths: list[str]) -> list[dict[str, Any]]:
     runs = []
-    for path in args.files:
+    for path in paths:
         try:
             with open(path) as f:
                 runs.append(json.load(f))
         except (OSError, ValueError) as exc:
             raise UsageError(f"cannot read {path}: {exc}") from None
-        if "rows" not in runs[-1] or "ranks" not in runs[-1]:
+        if not isinstance(runs[-1], dict) or "rows" not in runs[-1] or "ranks" not in runs[-1]:
             raise UsageError(f"{path} is not a bench allreduce --json file (no rows/ranks)")
-    table = cells(runs, args.from_bytes)
+    return runs
+
+
+@command("bench regret", arguments=_arguments,
+         help="auto's regret (its pick's time over the best algorithm's) over repeated "
+              "bench allreduce runs")
+def run(args: argparse.Namespace) -> int:
+    runs, reference = _read(args.files), _read(args.reference)
+    table = cells(runs, args.from_bytes, reference)
     if not table:
         raise UsageError("no cell has both an auto row and its pick's row from "
                          f"{args.from_bytes} B; run bench allreduce with --algo ...,auto")
     summ = summary(table)
-    text = markdown(table, summ, args.files, args.argv)
+    text = markdown(table, summ, args.files, args.reference, args.argv)
     print(text, end="")
     if args.md:
         with open(args.md, "w") as f:
@@ -148,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
             json.dump({"command": ["compcoll", *args.argv],
                        "date": datetime.datetime.now(datetime.timezone.utc)
                        .isoformat(timespec="seconds"),
-                       "files": args.files, "summary": summ, "cells": table}, f, indent=1)
+                       "files": args.files, "reference": args.reference, "summary": summ,
+                       "cells": table}, f, indent=1)
             f.write("\n")
     print(f"# regret over {summ['goal']:.2f} in {summ['over_goal']} of "
           f"{summ['all']['cells']} cells", file=sys.stderr)

@@ -55,12 +55,13 @@ def run(args: argparse.Namespace) -> int:
     command_line = ["compcoll", *without_np(args.argv)[:1], "-np", str(comm.size),
                     *without_np(args.argv)[1:]]
     lines = [f"# compcoll tune: {comm.size} ranks, float32 sum, {args.reps} interleaved calls "
-             f"per algorithm and size; time(us) is the slowest rank's median",
+             f"per algorithm and size; time(us): the median over the calls of the slowest "
+             f"rank's time",
              f"# command: {' '.join(command_line)}",
              f"{'size(B)':>11} " + " ".join(f"{a:>18}" for a in names)
              + f" {'measured best':>18} {'model picks':>18} {'auto runs':>18}"]
     for i, (size, best) in enumerate(zip(table.sizes, table.best(), strict=True)):
-        model = min(names, key=lambda a: (costmodel.predict(a, comm.size, size, cost), a))
+        model = costmodel.predicted_best(comm.size, size, cost)
         lines.append(f"{size:>11} " + " ".join(f"{table.times[a][i] * 1e6:>18.1f}"
                                                for a in names)
                      + f" {best:>18} {model:>18} {table.pick(size, model):>18}")
@@ -79,9 +80,9 @@ def run(args: argparse.Namespace) -> int:
                        .isoformat(timespec="seconds"),
                        "sizes": list(table.sizes), "times_s": table.times,
                        "best": list(table.best()), "margin": tuning_mod.MARGIN,
-                       "auto": [table.pick(size, min(names, key=lambda a: (
-                           costmodel.predict(a, comm.size, size, cost), a)))
-                           for size in table.sizes],
+                       "auto": [table.pick(size, costmodel.predicted_best(comm.size, size,
+                                                                          cost))
+                                for size in table.sizes],
                        "key": key}, f, indent=1)
             f.write("\n")
     return 0

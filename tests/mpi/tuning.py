@@ -46,7 +46,7 @@ def main() -> None:
     chk.check(costmodel.choose(comm, SIZES[0]) == "tree", "table's winner at 64 KiB")
     chk.check(costmodel.choose(comm, 1 << 30) == "recursive_doubling", "largest size's winner")
     c = costmodel.params(comm)
-    below = min(names, key=lambda a: (costmodel.predict(a, comm.size, 4096, c), a))
+    below = costmodel.predicted_best(comm.size, 4096, c)
     chk.check(costmodel.choose(comm, 4096) == below, "the model below the table")
     for n in (0, 1, 7, 16411, 65536 // 4 + 3, 200003):  # sizes on both sides of 64 KiB
         x = np.arange(n, dtype=np.float32) * (WORLD.rank + 1)
