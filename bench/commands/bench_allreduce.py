@@ -38,7 +38,7 @@ from .bench_case import BASELINE
 from .bench_compressor import NONE, check_specs, combos, split_specs
 from .bench_sweep import places, sweep
 from .benchlib import parse_size, size_sweep
-from .launch import LAUNCHER_VARS, relaunch, without_np
+from .launch import LAUNCHER_VARS, add_np_argument, relaunch, without_np
 
 DEFAULT_ALGOS = [*(a.name for a in REGISTRY.values() if a.ours), "auto", "mpi"]
 
@@ -81,8 +81,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="write the printed table, headed by the command line, as text")
     p.add_argument("--csv", metavar="PATH", help="write the rows as CSV")
     p.add_argument("--plot", metavar="PATH", help="plot busbw against size (matplotlib)")
-    p.add_argument("-np", dest="np", type=checks.positive_int, metavar="N",
-                   help="run on N ranks, re-launching under mpiexec if needed")
+    add_np_argument(p)
     emulated.add_link_arguments(p)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ..cli import UsageError
+from .checks import positive_int
 
 # Set by process managers (Hydra/PMI, PMIx, Open MPI) in every rank they start.
 LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE")
@@ -34,6 +36,13 @@ def without_np(argv: list[str]) -> list[str]:
         elif not arg.startswith("-np="):
             out.append(arg)
     return out
+
+
+def add_np_argument(p: argparse.ArgumentParser) -> None:
+    """``-np N``: the ranks a command runs on, re-launching itself under mpiexec (see
+    :func:`relaunch`)."""
+    p.add_argument("-np", dest="np", type=positive_int, metavar="N",
+                   help="run on N ranks, re-launching under mpiexec if needed")
 
 
 def relaunch(nprocs: int | None, argv: list[str]) -> int | None:

@@ -17,7 +17,7 @@ from typing import Any
 from ..cli import UsageError
 from . import checks
 from . import emulate as emulated
-from .launch import LAUNCHER_VARS, relaunch, without_np
+from .launch import LAUNCHER_VARS, add_np_argument, relaunch, without_np
 from .train_runs import RUNS, init_gloo
 
 
@@ -59,8 +59,7 @@ def add_arguments(p: argparse.ArgumentParser, *, models: str, model_help: str,
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--plot", metavar="PATH", help="PNG of the curves")
     p.add_argument("--txt", metavar="PATH", help="also write the table to PATH")
-    p.add_argument("-np", dest="np", type=checks.positive_int, metavar="N",
-                   help="run on N ranks, re-launching under mpiexec if needed")
+    add_np_argument(p)
     emulated.add_link_arguments(p)
 
 

@@ -18,7 +18,7 @@ from collectives import tuning as tuning_mod
 from ..cli import command
 from . import checks
 from .benchlib import parse_size, size_sweep
-from .launch import relaunch, without_np
+from .launch import add_np_argument, relaunch, without_np
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -34,8 +34,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="print the table, do not save it for later runs")
     p.add_argument("--json", metavar="PATH", help="write the table and the command as JSON")
     p.add_argument("--txt", metavar="PATH", help="write the printed table as text")
-    p.add_argument("-np", dest="np", type=checks.positive_int, metavar="N",
-                   help="run on N ranks, re-launching under mpiexec if needed")
+    add_np_argument(p)
 
 
 @command("tune", arguments=_arguments,

@@ -57,8 +57,10 @@ def main() -> None:
 
     # the saved table is found by a fresh communicator's first auto pick
     later = fresh()
-    chk.check(costmodel.choose(later, SIZES[-1]) == table.best()[-1], "saved table loaded")
-    chk.check(later.cache.crossovers == table, "loaded table equals the tuned one")
+    picked = costmodel.choose(later, SIZES[-1])
+    chk.check(later.cache.crossovers == table, "saved table loaded, equal to the tuned one")
+    model = costmodel.predicted_best(WORLD.size, SIZES[-1], costmodel.params(later))
+    chk.check(picked == table.pick(SIZES[-1], model), f"the loaded table's pick: {picked}")
 
     # COMPCOLL_TUNE=0: not looked for
     os.environ[tuning.ENV_TUNE] = "0"
