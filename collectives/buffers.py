@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from compressors.arrays import (
+    cai_contiguous,
     cuda_interface,
     device_empty_like,
     is_cupy,
@@ -141,11 +142,10 @@ def _cai_layout(obj: Any, role: str) -> tuple[int, int, np.dtype, tuple]:
     cai = cuda_interface(obj)
     shape = tuple(cai["shape"])
     dt = np.dtype(cai["typestr"])
-    strides = cai.get("strides")
-    if strides is not None and tuple(strides) != tuple(np.empty(shape, dt).strides):
+    if not cai_contiguous(cai):
         raise ValueError(
-            f"{role} device array is not C-contiguous (strides {strides}); pass a contiguous "
-            "copy (cupy.ascontiguousarray / tensor.contiguous())"
+            f"{role} device array is not C-contiguous (strides {cai['strides']}); pass a "
+            "contiguous copy (cupy.ascontiguousarray / tensor.contiguous())"
         )
     if not dt.isnative:
         raise ValueError(f"{role} device array has non-native byte order ({dt.str}); pass it "

@@ -3,7 +3,7 @@ communicator at a few sizes, the fastest kept at each.
 
 The alpha-beta-gamma model (``collectives.costmodel``) prices messages that cross a network.
 Where ranks share memory and cores, an algorithm's time depends on caches, memory bandwidth
-and scheduling that no fitted line holds, and the model's pick can take 1.4x the best
+and scheduling that no fitted line holds, and the model's pick can take 1.3x the best
 algorithm's time. :func:`tune` measures instead: at each size, every algorithm of the
 registry with a cost formula runs ``reps`` times, interleaved (so that a slow spell of the
 machine falls on all of them), each call timed on its own after the engine's barrier; a
@@ -60,7 +60,8 @@ __all__ = ["SIZES", "Crossovers", "load", "lookup", "path", "tune"]
 
 @dataclass(frozen=True)
 class Crossovers:
-    """Seconds per call of each algorithm at each size (the slowest rank's median).
+    """Seconds per call of each algorithm at each size (over the calls timed, the median of
+    the slowest rank's time).
 
     Example::
 
@@ -103,7 +104,7 @@ class Crossovers:
             return None
         where = math.log2(nbytes)
         i = min(range(len(self.sizes)), key=lambda j: abs(math.log2(self.sizes[j]) - where))
-        best = self.best()[i]
+        best = min(self.times, key=lambda a: (self.times[a][i], a))
         if model in self.times and self.times[model][i] <= (1 + MARGIN) * self.times[best][i]:
             return model
         return best
@@ -215,11 +216,13 @@ def tune(comm: Any = None, *, sizes: tuple[int, ...] = SIZES, reps: int = 9,
     """
     from .transport import as_communicator
 
-    c = as_communicator(comm)
-    check_timeout(timeout)
+    check_timeout(timeout)  # every argument checked before the first message
     sizes = tuple(int(s) for s in sizes)
+    if not sizes or sizes[0] <= 0 or list(sizes) != sorted(set(sizes)):
+        raise ValueError(f"sizes must be positive byte counts in increasing order, got {sizes}")
     if reps < 1:
         raise ValueError(f"reps must be >= 1, got {reps}")
+    c = as_communicator(comm)
     table_of_names = [a.name for a in modeled()]
     saved, defaults.validate = defaults.validate, False  # no per-call metadata allgather
     try:

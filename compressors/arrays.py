@@ -19,8 +19,8 @@ import numpy as np
 from . import kernels
 from .dtypes import BY_NAME
 
-__all__ = ["FLOAT_DTYPES", "ArrayInfo", "cuda_interface", "device_empty_like", "from_f32",
-           "from_host", "is_cupy", "is_torch", "storage_dtype", "to_f32", "to_host",
+__all__ = ["FLOAT_DTYPES", "ArrayInfo", "cai_contiguous", "cuda_interface", "device_empty_like",
+           "from_f32", "from_host", "is_cupy", "is_torch", "storage_dtype", "to_f32", "to_host",
            "torch_from_raw", "torch_raw"]
 
 #: Logical dtypes a compressor accepts, with the numpy dtype that stores them.
@@ -97,6 +97,22 @@ def is_cupy(x: Any) -> bool:
 def cuda_interface(obj: Any) -> dict | None:
     """The object's ``__cuda_array_interface__`` dict, or None for host objects."""
     return getattr(obj, "__cuda_array_interface__", None)
+
+
+def cai_contiguous(cai: dict) -> bool:
+    """Whether a ``__cuda_array_interface__`` describes a C-contiguous array: no strides, or
+    the C strides of its shape (a dimension of one element may have any stride; an empty
+    array is contiguous)."""
+    strides = cai.get("strides")
+    shape = tuple(cai["shape"])
+    if strides is None or 0 in shape:
+        return True
+    step = np.dtype(cai["typestr"]).itemsize
+    for n, s in reversed(list(zip(shape, strides, strict=True))):
+        if n != 1 and s != step:
+            return False
+        step *= n
+    return True
 
 
 def device_empty_like(buf: Any) -> Any:

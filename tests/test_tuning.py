@@ -60,6 +60,16 @@ def test_the_file_round_trips_and_refuses_another_key_or_algorithm_set() -> None
         Crossovers.from_json(fewer.to_json("k"), "k")
 
 
+@pytest.mark.parametrize("kwargs,match", [({"sizes": ()}, "sizes"), ({"sizes": (0,)}, "sizes"),
+                                          ({"sizes": (4 << 20, MB)}, "increasing"),
+                                          ({"reps": 0}, "reps"), ({"timeout": -1}, "timeout")])
+def test_tune_refuses_bad_arguments_before_communicating(kwargs, match) -> None:
+    from collectives import tune
+
+    with pytest.raises(ValueError, match=match):
+        tune(comm=object(), **kwargs)  # not a communicator: it would fail if reached
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("np_", [3])
 def test_tuning_on_live_ranks(np_: int) -> None:

@@ -7,6 +7,8 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from compressors import kernels
+
 from ..cli import command
 
 
@@ -70,9 +72,9 @@ def _cuda_aware() -> Finding:
 @check("C++ extension")
 def _extension() -> Finding:
     try:
-        ext = importlib.import_module("_compcoll")
+        ext = kernels.load()
     except ImportError as exc:
-        return Finding(False, f"cannot import _compcoll ({exc})",
+        return Finding(False, f"cannot import _compcoll ({exc.__cause__ or exc})",
                        "pip install --no-build-isolation -e . (needs a C++17 compiler and CMake)")
     return Finding(True, f"{ext.__file__}")
 
@@ -80,7 +82,7 @@ def _extension() -> Finding:
 @check("OpenMP")
 def _openmp() -> Finding:
     try:
-        ext = importlib.import_module("_compcoll")
+        ext = kernels.load()
     except ImportError:
         return Finding(False, "extension not built", "build the C++ extension first")
     if ext.openmp:

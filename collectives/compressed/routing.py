@@ -14,7 +14,7 @@ import numpy as np
 
 from compressors import ErrorFeedback
 from compressors import device as dev
-from compressors.arrays import cuda_interface, is_torch
+from compressors.arrays import cai_contiguous, cuda_interface, is_torch
 from compressors.device import DeviceCodec
 from compressors.feedback import NoErrorFeedback
 
@@ -30,11 +30,11 @@ def route(buf: Any, out: Any, comp: Any, feedback: ErrorFeedback | None) -> Devi
     must be a C-contiguous float32 device array, ``out`` None, the input, or another such
     array, the feedback none or plain (beta = gamma = 1), and a provider must have a twin."""
     cai = cuda_interface(plain_array(buf))
-    if cai is None or np.dtype(cai["typestr"]) != F32 or not _contiguous(cai):
+    if cai is None or np.dtype(cai["typestr"]) != F32 or not cai_contiguous(cai):
         return None
     if out is not None and out is not buf:
         ocai = cuda_interface(plain_array(out))
-        if ocai is None or np.dtype(ocai["typestr"]) != F32 or not _contiguous(ocai) or \
+        if ocai is None or np.dtype(ocai["typestr"]) != F32 or not cai_contiguous(ocai) or \
                 tuple(ocai["shape"]) != tuple(cai["shape"]):
             return None  # staging raises the clear error for a bad out
     if feedback is not None and not plain(feedback):
@@ -54,17 +54,3 @@ def plain(feedback: ErrorFeedback) -> bool:
     """Feedback a device codec can keep: none at all, or residual = compensated - sent."""
     return type(feedback) is NoErrorFeedback or (
         type(feedback) is ErrorFeedback and feedback.beta == 1.0 and feedback.gamma == 1.0)
-
-
-def _contiguous(cai: dict) -> bool:
-    """C-contiguous float32: no strides, or the C strides of the shape (dimensions of one
-    element may have any stride)."""
-    strides = cai.get("strides")
-    if strides is None:
-        return True
-    step = F32.itemsize
-    for n, s in reversed(list(zip(cai["shape"], strides, strict=True))):
-        if n != 1 and s != step:
-            return False
-        step *= n
-    return True
