@@ -12,8 +12,8 @@ from .algorithms import ring, tree
 from .algorithms.common import Job, blocks_from_counts, partition
 from .config import defaults
 from .progress import Handle
-from .transport import Communicator, as_communicator
-from .validation import agree
+from .transport import Communicator
+from .validation import agree, open_comm, refusing
 
 _OP_CODES = {name: i for i, name in enumerate(ops.SUPPORTED_OPS)}
 
@@ -22,6 +22,12 @@ def _validate(comm: Communicator, collective: str, fields: dict[str, int],
               timeout: float | None) -> np.ndarray:
     """Check that every rank passed the same ``fields``; raise MismatchError on every rank."""
     return agree(comm, collective, fields, timeout)
+
+
+def _checks(c: Communicator, path: str, validate: bool | None,
+            timeout: float | None) -> Any:
+    """Context of a call's local argument checks (see ``validation.refusing``)."""
+    return refusing(c, path, defaults.validate if validate is None else validate, timeout)
 
 
 def _job(comm: Communicator, work: np.ndarray, dtype: Any, op: str, collective: str) -> Job:
@@ -48,7 +54,7 @@ def iallreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any 
         >>> total, largest = h1.wait(), h2.wait()
         >>> assert total[0] == collectives.as_communicator().size and largest[9] == 9.0
     """
-    c = as_communicator(comm)
+    c = open_comm(comm, timeout)
     if compressor is not None:
         from .compressed.call import icompressed_allreduce
 
@@ -60,12 +66,13 @@ def iallreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any 
         direct = buffers.prepare_direct(buf, out, str(op).lower())
         if direct is not None:
             return _direct_mpi(c, direct, ops.check_op(op, direct.dtype), timeout, validate)
-    prepared = buffers.prepare(buf, out)
-    dtype = prepared.dtype
-    op = ops.check_op(op, dtype)
-    name = algorithm
-    if name != "auto":
-        algorithms.get(name)
+    with _checks(c, "allreduce", validate, timeout):
+        prepared = buffers.prepare(buf, out)
+        dtype = prepared.dtype
+        op = ops.check_op(op, dtype)
+        name = algorithm
+        if name != "auto":
+            algorithms.get(name)
     if defaults.validate if validate is None else validate:
         algo_id = -1 if name == "auto" else algorithms.names().index(name)
         _validate(c, "allreduce", {"element count": prepared.work.size, "dtype": dtype.code,
@@ -162,18 +169,19 @@ def reduce_scatter(buf: Any, *, op: str = "sum", comm: Any = None,
         >>> mine = collectives.reduce_scatter(np.ones(10 * p, np.float32))
         >>> assert mine.size == 10 and (mine == p).all()
     """
-    c = as_communicator(comm)
-    prepared = buffers.prepare(buf, None)
-    dtype, n = prepared.dtype, prepared.work.size
-    op = ops.check_op(op, dtype)
-    if counts is None:
-        blocks = partition(n, c.size)
-    else:
-        if len(counts) != c.size or sum(int(x) for x in counts) != n or min(counts) < 0:
-            raise ValueError(
-                f"counts must hold {c.size} non-negative sizes summing to {n}, got {counts}"
-            )
-        blocks = blocks_from_counts(counts)
+    c = open_comm(comm, timeout)
+    with _checks(c, "reduce_scatter", validate, timeout):
+        prepared = buffers.prepare(buf, None)
+        dtype, n = prepared.dtype, prepared.work.size
+        op = ops.check_op(op, dtype)
+        if counts is None:
+            blocks = partition(n, c.size)
+        else:
+            if len(counts) != c.size or sum(int(x) for x in counts) != n or min(counts) < 0:
+                raise ValueError(
+                    f"counts must hold {c.size} non-negative sizes summing to {n}, got {counts}"
+                )
+            blocks = blocks_from_counts(counts)
     if defaults.validate if validate is None else validate:
         _validate(c, "reduce_scatter", {"element count": n, "dtype": dtype.code,
                                         "op": _OP_CODES[op],
@@ -202,8 +210,9 @@ def allgather(buf: Any, *, comm: Any = None, timeout: float | None = None) -> An
         >>> every = collectives.allgather(np.full(c.rank + 1, c.rank))  # sizes may differ
         >>> assert every.size == c.size * (c.size + 1) // 2
     """
-    c = as_communicator(comm)
-    prepared = buffers.prepare(buf, None)
+    c = open_comm(comm, timeout)
+    with _checks(c, "allgather", True, timeout):
+        prepared = buffers.prepare(buf, None)
     dtype = prepared.dtype
     table = agree(c, "allgather", {"dtype": dtype.code}, timeout,
                   shared={"element count": prepared.work.size})
@@ -229,10 +238,11 @@ def broadcast(buf: Any, *, root: int = 0, comm: Any = None, timeout: float | Non
         >>> x = np.full(5, collectives.as_communicator().rank, np.int64)
         >>> assert (collectives.broadcast(x, root=0) == 0).all()
     """
-    c = as_communicator(comm)
-    if not 0 <= root < c.size:
-        raise ValueError(f"root must be a rank in [0, {c.size}), got {root}")
-    prepared = buffers.prepare(buf, buf)
+    c = open_comm(comm, timeout)
+    with _checks(c, "broadcast", validate, timeout):
+        if not 0 <= root < c.size:
+            raise ValueError(f"root must be a rank in [0, {c.size}), got {root}")
+        prepared = buffers.prepare(buf, buf)
     dtype = prepared.dtype
     if defaults.validate if validate is None else validate:
         _validate(c, "broadcast", {"element count": prepared.work.size, "dtype": dtype.code,

@@ -14,10 +14,15 @@ collective the others abandoned.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 
+from .config import shaping
 from .errors import MismatchError
+from .transport import as_communicator
 from .transport.base import Communicator
 
 #: int64 values every validation message holds.
@@ -32,8 +37,11 @@ PATHS: dict[str, int] = {
     "broadcast": 5,
     "sparse_allreduce": 6,
     "barrier": 7,
+    "settings": 8,
+    "refused": 9,  # a rank whose own arguments were refused before it could validate them
 }
 _NAMES = {code: name for name, code in PATHS.items()}
+_NAMES[PATHS["refused"]] = "a call that refused its own arguments (see that rank's error)"
 
 
 def digest(text: str) -> int:
@@ -76,3 +84,46 @@ def agree(comm: Communicator, path: str, fields: dict[str, int], timeout: float 
                 f"the same {name}"
             )
     return table[:, 2:2 + len(fields) + len(shared)]
+
+
+def open_comm(comm: Any, timeout: float | None) -> Communicator:
+    """The communicator a call runs on (``as_communicator``); on its first call the ranks check
+    that their message-shaping settings agree (:func:`settle`)."""
+    c = as_communicator(comm)
+    settle(c, shaping(), timeout)
+    return c
+
+
+def settle(comm: Communicator, settings: dict[str, int], timeout: float | None) -> None:
+    """Once per communicator, before its first collective: check every rank runs with the same
+    ``settings`` (the process-wide values that shape messages, by the variable that sets them);
+    MismatchError naming the variable on every rank otherwise, instead of a hang."""
+    if comm.cache.settings_agreed or comm.size == 1:
+        return
+    table = agree(comm, "settings", {}, timeout, shared=settings)
+    comm.cache.settings_agreed = True
+    for j, name in enumerate(settings):
+        column = table[:, j]
+        if (column != column[0]).any():
+            by_rank = ", ".join(f"rank {r}: {v}" for r, v in enumerate(column.tolist()))
+            raise MismatchError(f"ranks run with different {name} ({by_rank}); set it alike "
+                                "on every rank (ranks that disagree cut messages differently)")
+
+
+@contextmanager
+def refusing(comm: Communicator, path: str, validate: bool,
+             timeout: float | None) -> Iterator[None]:
+    """Run a call's local argument checks; if they refuse (TypeError/ValueError) and the call
+    validates, tell the other ranks through the validation message they are waiting for, so
+    they raise MismatchError at once instead of waiting out the timeout."""
+    try:
+        yield
+    except (TypeError, ValueError):
+        if validate and comm.size > 1:
+            vec = np.zeros(WIDTH, np.int64)
+            vec[0] = PATHS["refused"]
+            try:
+                comm.allgather_ints(vec, collective=f"{path} (validation)", timeout=timeout)
+            except Exception:  # noqa: BLE001 - the caller's own error is the one to raise
+                pass
+        raise

@@ -23,3 +23,8 @@ def test_every_rank_raises_on_a_torch_distributed_group() -> None:
 
 def test_feedback_twins_through_every_scheme_and_compressor() -> None:
     _passed(run("twins.py", 3, timeout=200), "twins")
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_settings_that_differ_or_refused_arguments_raise_on_every_rank_at_once(np_: int) -> None:
+    _passed(run("settings.py", np_, timeout=240), "settings")

@@ -47,7 +47,9 @@ def test_default_timeout_is_checked_when_set_and_in_the_environment() -> None:
             collectives.defaults.timeout = bad  # type: ignore[assignment]
     assert collectives.defaults.timeout == before
     for raw in ("nan", "-1", "inf", "0", "soon"):
-        res = subprocess.run([sys.executable, "-c", "import collectives"], text=True,
+        # read at first use, never at import (import torch loads the backend's entry point)
+        res = subprocess.run([sys.executable, "-c",
+                              "import collectives; collectives.defaults.timeout"], text=True,
                              capture_output=True, env={"COMPCOLL_TIMEOUT": raw, "PATH": ""})
         assert res.returncode != 0 and f"COMPCOLL_TIMEOUT={raw!r}" in res.stderr, res.stderr
         assert "positive finite number of seconds" in res.stderr, res.stderr

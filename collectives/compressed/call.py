@@ -14,7 +14,7 @@ from .. import buffers, costmodel, ops
 from ..config import defaults
 from ..progress import Handle
 from ..transport.base import Communicator
-from ..validation import agree
+from ..validation import agree, refusing
 from . import SCHEMES, candidates, check_scheme, make_ctx, ondevice, resolve_compressor
 from .checks import check_algorithms, check_feedback, fields
 from .select import choose
@@ -40,31 +40,35 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
                           algorithm: str, sparse_algorithm: str, k: int | None,
                           timeout: float | None, validate: bool | None,
                           stats: dict | None) -> Handle:
-    comp = resolve_compressor(compressor)
-    if feedback is not None and not isinstance(feedback, ErrorFeedback):
-        raise TypeError("feedback must be a compressors.ErrorFeedback (it keeps the residuals "
-                        f"between steps), got {type(feedback).__name__}")
-    if feedback is not None and not name:
-        raise ValueError("pass name=: error feedback keeps one residual per tensor name")
-    check_scheme(scheme, comp)
-    check_feedback(feedback, comp)
-    check_algorithms(algorithm, sparse_algorithm, k)
-    shape = buffers.shape_of(buf)
-    codec = ondevice.route(buf, out, comp, feedback)
-    if codec is not None:  # compressed on the device: only payloads cross to the host
-        prepared, dtype, numel = None, lookup("float32"), int(np.prod(shape))
-    else:
-        # Out of place, every scheme reads its whole input before writing the sum: the input
-        # is read where it is, and the caller's output buffer is the working array (no copy).
-        prepared = buffers.prepare(buf, out, copy_input=False)
-        dtype, numel = prepared.dtype, prepared.work.size
-    if not dtype.is_float:
-        raise ValueError(f"compressed allreduce needs a floating-point buffer, got {dtype.name}")
-    op = ops.check_op(op, dtype)
-    if op not in ("sum", "avg"):
-        raise ValueError(f"compressed allreduce sums (op='sum' or 'avg'), got op={op!r}")
+    check = defaults.validate if validate is None else validate
+    with refusing(c, "compressed allreduce", check, timeout):
+        comp = resolve_compressor(compressor)
+        if feedback is not None and not isinstance(feedback, ErrorFeedback):
+            raise TypeError("feedback must be a compressors.ErrorFeedback (it keeps the "
+                            f"residuals between steps), got {type(feedback).__name__}")
+        if feedback is not None and not name:
+            raise ValueError("pass name=: error feedback keeps one residual per tensor name")
+        check_scheme(scheme, comp)
+        check_feedback(feedback, comp)
+        check_algorithms(algorithm, sparse_algorithm, k)
+        shape = buffers.shape_of(buf)
+        codec = ondevice.route(buf, out, comp, feedback)
+        if codec is not None:  # compressed on the device: only payloads cross to the host
+            prepared, dtype, numel = None, lookup("float32"), int(np.prod(shape))
+        else:
+            # Out of place, every scheme reads its whole input before writing the sum: the
+            # input is read where it is, and the caller's output buffer is the working array
+            # (no copy).
+            prepared = buffers.prepare(buf, out, copy_input=False)
+            dtype, numel = prepared.dtype, prepared.work.size
+        if not dtype.is_float:
+            raise ValueError("compressed allreduce needs a floating-point buffer, got "
+                             f"{dtype.name}")
+        op = ops.check_op(op, dtype)
+        if op not in ("sum", "avg"):
+            raise ValueError(f"compressed allreduce sums (op='sum' or 'avg'), got op={op!r}")
     schemes = candidates(comp)
-    if defaults.validate if validate is None else validate:
+    if check:
         agree(c, "compressed allreduce", fields(comp, feedback, scheme, op, algorithm,
                                                 sparse_algorithm, k, name, step,
                                                 numel, dtype), timeout)

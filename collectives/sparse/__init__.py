@@ -18,9 +18,8 @@ from compressors.arrays import is_cupy, is_torch
 from .. import costmodel, pricing
 from ..config import defaults
 from ..progress import Handle
-from ..transport import as_communicator
 from ..transport.base import Request
-from ..validation import agree
+from ..validation import agree, open_comm, refusing
 from . import gtopk, split, ssar
 from .common import Sparse, SparseAlgorithm, SparseJob, SparseSteps
 from .merge import coalesce, index_dtype
@@ -81,18 +80,10 @@ def _to_cupy(cupy: Any, dev: Any, a: np.ndarray) -> Any:
         return cupy.asarray(a)
 
 
-def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
-                      algorithm: str = "auto", k: int | None = None, dense: bool = True,
-                      timeout: float | None = None, validate: bool | None = None) -> Handle:
-    """Start a sparse allreduce; ``wait()`` returns what ``sparse_allreduce`` returns.
-
-    Example::
-
-        >>> import numpy as np, collectives
-        >>> h = collectives.isparse_allreduce(np.array([3]), np.ones(1, np.float32), size=10)
-        >>> assert h.wait()[3] == collectives.as_communicator().size
-    """
-    c = as_communicator(comm)
+def _arguments(indices: Any, values: Any, size: Any, algorithm: str,
+               k: Any) -> tuple[np.ndarray, np.ndarray, np.dtype, Callable[[np.ndarray], Any]]:
+    """A sparse call's arguments checked: coalesced indices and values, the accumulation
+    dtype, and the function giving a result back in the caller's array type."""
     if algorithm != "auto" and algorithm not in ALGORITHMS:
         raise ValueError(f"unknown sparse algorithm {algorithm!r}; available: auto, "
                          f"{', '.join(ALGORITHMS)}")
@@ -108,9 +99,26 @@ def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
         raise ValueError(f"sparse values must be floating point, got {val_in.dtype}")
     acc = np.dtype(np.float64 if val_in.dtype == np.float64 else np.float32)
     idx, val = coalesce(idx_in, val_in, int(size), acc)
+    return idx, val, acc, back
+
+
+def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
+                      algorithm: str = "auto", k: int | None = None, dense: bool = True,
+                      timeout: float | None = None, validate: bool | None = None) -> Handle:
+    """Start a sparse allreduce; ``wait()`` returns what ``sparse_allreduce`` returns.
+
+    Example::
+
+        >>> import numpy as np, collectives
+        >>> h = collectives.isparse_allreduce(np.array([3]), np.ones(1, np.float32), size=10)
+        >>> assert h.wait()[3] == collectives.as_communicator().size
+    """
+    c = open_comm(comm, timeout)
+    check = defaults.validate if validate is None else validate
+    with refusing(c, "sparse_allreduce", check or algorithm == "auto", timeout):
+        idx, val, acc, back = _arguments(indices, values, size, algorithm, k)
     names = list(ALGORITHMS)
     algo_id = -1 if algorithm == "auto" else names.index(algorithm)
-    check = defaults.validate if validate is None else validate
     if check or algorithm == "auto":  # one allgather validates and gathers the sizes
         table = agree(c, "sparse_allreduce", {"size": size, "value bytes": acc.itemsize,
                                               "k": -1 if k is None else k,

@@ -67,6 +67,9 @@ class CommCache:
     #: saved one was looked for
     crossovers: Any = None
     crossovers_looked_up: bool = False
+    #: whether the ranks have compared their message-shaping settings
+    #: (``collectives.validation.settle``)
+    settings_agreed: bool = False
     #: reusable host arrays of the compressed schemes, by (role, ...) key
     #: (``collectives.compressed.common.workspace``)
     workspace: dict = field(default_factory=dict)
