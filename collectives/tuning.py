@@ -19,8 +19,10 @@ A table is kept on the communicator and, unless ``save=False``, in
 on: the world size, each rank's host, the engine and its library, the algorithms and
 compcoll's version. On a communicator's first "auto" pick, rank 0 looks for that file and
 every rank gets what it read (``COMPCOLL_TUNE=0``, set alike on every rank, skips the
-look-up). A file that does not parse, is of another key or holds anything out of range is
-ignored with a warning: the model decides, as without a table.
+look-up). Rank 0 validates what it read and shares the table, so every rank holds the same
+one or none. A file that is not a small regular file (``files.read_small``), does not parse, is
+of another key or holds a field of the wrong type or out of range is ignored with a warning
+naming it and why: the model decides, as without a table.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ import math
 import os
 import socket
 import time
-import warnings
 import zlib
 from dataclasses import dataclass
 from importlib import metadata
@@ -42,7 +43,7 @@ import numpy as np
 
 from .algorithms import modeled
 from .config import check_timeout, defaults
-from .files import write_atomic
+from .files import ignored, integer, load_json, number, read_small, write_atomic
 from .transport.base import Communicator, share_bytes
 
 SCHEMA = 1
@@ -52,8 +53,9 @@ SIZES: tuple[int, ...] = tuple(1 << k for k in range(20, 27))
 WARMUP = 2
 #: How much slower than the table's winner the model's pick may be timed and still run.
 MARGIN = 0.10
+#: The largest message size a table may hold (bytes; 2**53, exact in a float).
+MAX_BYTES = 1 << 53
 ENV_CACHE = "COMPCOLL_CACHE_DIR"
-ENV_TUNE = "COMPCOLL_TUNE"
 
 __all__ = ["SIZES", "Crossovers", "load", "lookup", "path", "tune"]
 
@@ -116,20 +118,31 @@ class Crossovers:
 
     @classmethod
     def from_json(cls, data: bytes, key: str) -> Crossovers:
-        """The table in ``data``; ValueError if it is not one, of another key or schema, or
-        names algorithms other than the modeled ones."""
-        record = json.loads(data)
-        if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        """The table in ``data``; ValueError (saying why) for anything else: not JSON, of
+        another key or schema, naming algorithms other than the modeled ones, or holding a
+        size that is not a positive integer or a time that is not a positive number."""
+        record = load_json(data)
+        schema = record.get("schema") if isinstance(record, dict) else None
+        if isinstance(schema, bool) or not isinstance(schema, int) or schema != SCHEMA:
             raise ValueError(f"not a schema-{SCHEMA} crossover table")
         if record.get("key") != key:
             raise ValueError("measured on another machine, world size or library (key "
                              "differs)")
+        sizes, times = record.get("sizes"), record.get("times")
+        if not isinstance(sizes, list) or not isinstance(times, dict):
+            raise ValueError("'sizes' must be a list and 'times' an object")
         names = {a.name for a in modeled()}
-        if set(record["times"]) != names:
-            raise ValueError(f"times for {sorted(record['times'])}, the algorithms are "
-                             f"{sorted(names)}")
-        return cls(tuple(int(s) for s in record["sizes"]),
-                   {a: tuple(float(t) for t in ts) for a, ts in record["times"].items()})
+        if set(times) != names:
+            raise ValueError(f"times for {sorted(times)}, the algorithms are {sorted(names)}")
+        sizes = [integer(n, f"size {i}") for i, n in enumerate(sizes)]
+        if any(not 0 < n <= MAX_BYTES for n in sizes):
+            raise ValueError(f"a size is not a byte count in (0, {MAX_BYTES}]")
+        out = {}
+        for a, ts in times.items():
+            if not isinstance(ts, list):
+                raise ValueError(f"{a}: the times must be a list")
+            out[a] = tuple(number(t, f"{a}'s time {i}") for i, t in enumerate(ts))
+        return cls(tuple(sizes), out)
 
 
 def _host_id() -> int:
@@ -245,26 +258,24 @@ def tune(comm: Any = None, *, sizes: tuple[int, ...] = SIZES, reps: int = 9,
 
 
 def load(comm: Communicator, *, timeout: float | None = None) -> Crossovers | None:
-    """The saved table of this communicator's key, read by rank 0, on every rank
-    (collective); None everywhere when there is none or it is unusable (a warning says why)."""
+    """The saved table of this communicator's key, read and validated by rank 0, on every rank
+    (collective); None everywhere when there is none or it is unusable (a warning on rank 0
+    says why)."""
     k = key(comm, timeout=timeout)
-    data = None
-    if comm.rank == 0:
-        try:
-            data = path(k).read_bytes()
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            warnings.warn(f"crossover table {path(k)} ignored ({exc})", stacklevel=2)
+    data = _read(path(k), k) if comm.rank == 0 else None
     data = share_bytes(comm, data, collective="tuning table", timeout=timeout)
-    if data is None:
-        return None
+    return None if data is None else Crossovers.from_json(data, k)
+
+
+def _read(file: Path, k: str) -> bytes | None:
+    """The table in ``file`` as :meth:`Crossovers.to_json` writes it (what rank 0 shares, so
+    every rank parses the same small, valid bytes); None when there is no file or it is
+    unusable (a warning names it and why)."""
     try:
-        return Crossovers.from_json(data, k)
-    except (ValueError, KeyError, TypeError) as exc:
-        if comm.rank == 0:
-            warnings.warn(f"crossover table {path(k)} ignored ({exc}); the cost model decides",
-                          stacklevel=2)
+        data = read_small(file)
+        return None if data is None else Crossovers.from_json(data, k).to_json(k)
+    except ValueError as exc:
+        ignored("crossover table", file, exc, "the cost model decides")
         return None
 
 
@@ -274,6 +285,6 @@ def lookup(comm: Communicator, *, timeout: float | None = None) -> Crossovers | 
     cache = comm.cache
     if not cache.crossovers_looked_up:
         cache.crossovers_looked_up = True
-        if os.environ.get(ENV_TUNE, "1") != "0" and comm.size > 1:
+        if defaults.tune and comm.size > 1:
             cache.crossovers = load(comm, timeout=timeout)
     return cache.crossovers

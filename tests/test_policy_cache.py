@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import warnings
 
 import numpy as np
 import pytest
 
+from collectives import files
 from collectives.costmodel import CostParams
 from collectives.policy import AutoPolicy, Layer, auto, cache, profile
 from collectives.policy.decide import weights
@@ -243,12 +245,29 @@ def test_key_is_stable_and_names_what_it_depends_on() -> None:
 def _corrupt(path, how: str) -> None:
     record = json.loads(path.read_text())
     name = next(iter(record["table"]))
-    if how == "garbage":
-        path.write_bytes(b"\x00not json{")
+    width = len(record["table"][name])
+    raw = {"garbage": b"\x00not json{", "truncated": path.read_bytes()[:40],
+           "empty": b"", "deep": b"[" * 100_000, "deep object": b'{"a":' * 100_000,
+           "not utf-8": b'{"schema": "\xff\xfe"}'}
+    if how in raw:
+        path.write_bytes(raw[how])
         return
-    if how == "truncated":
-        path.write_text(path.read_text()[:40])
+    if how == "padded":  # valid JSON, but larger than such a file can be
+        path.write_bytes(path.read_bytes() + b" " * files.LIMIT)
         return
+    if how == "fifo":  # a reader that opened it would wait for a writer forever
+        path.unlink()
+        os.mkfifo(path)
+        return
+    if how == "directory":
+        path.unlink()
+        path.mkdir()
+        return
+    rows = {"ones": [1.0] * width, "true": [True] * width, "zeros": [0.0] * width}
+    if how in rows:  # every layer alike
+        record["table"] = {k: rows[how] for k in record["table"]}
+    elif how == "strings":  # every number as its text
+        record["table"] = {k: [repr(x) for x in v] for k, v in record["table"].items()}
     if how == "foreign":
         record["key"] = "0" * 64
     elif how == "schema":
@@ -265,14 +284,38 @@ def _corrupt(path, how: str) -> None:
         record["table"][name][6] = 1e12  # keeps more elements than the layer has
     elif how == "fit":
         record["fit"] = {"alpha": -1.0, "beta": 1e-9, "gamma": 0.0}
+    elif how == "huge int":
+        record["table"][name][3] = int("9" * 400)
+    elif how == "huge fit":
+        record["fit"] = {"alpha": int("9" * 400), "beta": 1e-9, "gamma": 0.0}
+    elif how == "fit overflows":  # finite, but a price of it is not
+        record["fit"] = {"alpha": 5e-5, "beta": 1e300, "gamma": 1e-10}
+    elif how == "fit as strings":
+        record["fit"] = {"alpha": "5e-5", "beta": "8e-9", "gamma": "1e-10"}
+    elif how == "latency as strings":
+        cands = record["candidates"]
+        record["measured"] = {"ranks": 4, "seconds": {c: "0.001" for c in cands},
+                              "overhead_s": {c: "0" for c in cands}}
+    elif how == "world as float":
+        cands = record["candidates"]
+        record["measured"] = {"ranks": 4.0, "seconds": {c: 1e-3 for c in cands},
+                              "overhead_s": {c: 0.0 for c in cands}}
+    elif how == "schema as float":
+        record["schema"] = float(record["schema"])
     elif how == "latency":
         record["measured"] = {"ranks": 4, "seconds": {"none": 1.0}, "overhead_s": {}}
     path.write_text(json.dumps(record))
 
 
-@pytest.mark.parametrize("how", ["garbage", "truncated", "foreign", "schema", "negative",
-                                 "infinite", "short row", "unknown layer", "kept", "fit",
-                                 "latency"])
+CORRUPT = ["garbage", "truncated", "foreign", "schema", "negative", "infinite", "short row",
+           "unknown layer", "kept", "fit", "latency", "empty", "deep", "deep object",
+           "not utf-8", "padded", "fifo", "directory", "ones", "true", "zeros", "strings",
+           "huge int", "huge fit", "fit overflows", "fit as strings", "latency as strings",
+           "world as float", "schema as float"]
+
+
+@pytest.mark.timeout(60)  # a reader blocked on a FIFO fails the test rather than hangs it
+@pytest.mark.parametrize("how", CORRUPT)
 def test_a_corrupt_cache_file_is_ignored_with_a_warning(tmp_path, how) -> None:
     drive(policy(tmp_path), Ranks(), range(6), model())
     (path,) = tmp_path.glob("*.json")
@@ -284,6 +327,9 @@ def test_a_corrupt_cache_file_is_ignored_with_a_warning(tmp_path, how) -> None:
     said = [str(w.message) for w in caught]
     assert any(str(path) in s and "ignored" in s for s in said), said
     assert not pol.cached and decided(pol)[0] == (5, "decided (measured)")
+    if how == "directory":  # nothing can be renamed over it
+        assert any(str(path) in s and "not written" in s for s in said), said
+        return
     assert json.loads(path.read_text())["schema"] == cache.SCHEMA  # rewritten, valid again
 
 

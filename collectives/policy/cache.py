@@ -7,9 +7,11 @@ the world size, the link and the library; :func:`key` hashes exactly those, and 
 ``$XDG_CACHE_HOME/compcoll/policy`` (``~/.cache/compcoll/policy``).
 
 Rank 0 alone reads and writes (written to a temporary file, then renamed: a reader never
-sees half a file); what it read is broadcast, so every rank plans with the same numbers. A
-file that is unreadable, foreign (another key), of another schema, or holds a field out of
-range is ignored with a warning naming it and why: it is measured again, never trusted.
+sees half a file); what it read is validated there and broadcast in canonical form, so every
+rank plans with the same numbers and every rank ignores a bad file alike. A file that is not a
+small regular file (``files.read_small``), does not parse, is foreign (another key), of another
+schema, or holds a field of the wrong type or out of range (:func:`check`) is ignored with a
+warning naming it and why: it is measured again, never trusted.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import json
 import math
 import os
 import platform
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -30,12 +31,18 @@ import numpy as np
 
 import compressors
 
-from ..files import write_atomic
+from ..files import ignored, integer, load_json, number, read_small, write_atomic
 from ..transport.base import share_bytes
-from .profile import PER_CANDIDATE
+from .profile import PER_CANDIDATE, RESIDUAL
 
 SCHEMA = 2
 ENV = "COMPCOLL_CACHE_DIR"
+#: Seconds past which a measured time (a codec call, one collective) is not believed.
+MAX_SECONDS = 3600.0
+#: Bound of a fitted parameter: alpha in seconds, beta and gamma in seconds per byte.
+MAX_FIT = 1.0
+#: Bound of a sum of squares (a float32 gradient's stays below ~1e90).
+MAX_SQUARES = 1e300
 
 
 @dataclass(frozen=True)
@@ -89,57 +96,87 @@ def key(layout: list[list[Any]], world: int, link: str, candidates: tuple[str, .
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _seconds(value: Any, cands: tuple[str, ...], what: str) -> dict[str, float]:
+def _in(value: Any, what: str, low: float, high: float, *, above: bool = False) -> float:
+    """``value`` as a float in [low, high] ((low, high] when ``above``); ValueError says why."""
+    x = number(value, what)
+    if x > high or x < low or (above and x == low):
+        raise ValueError(f"{what} is {x!r}, outside {'(' if above else '['}{low}, {high}]")
+    return x
+
+
+def _seconds(value: Any, cands: tuple[str, ...], what: str, *,
+             above: bool) -> dict[str, float]:
     if not (isinstance(value, Mapping) and set(value) == set(cands)):
-        raise ValueError(f"{what} must give every candidate a time")
-    out = {str(k): float(v) for k, v in value.items()}
-    if not all(0 <= v < math.inf for v in out.values()):
-        raise ValueError(f"{what} holds a time that is not a finite number >= 0")
-    return out
+        raise ValueError(f"'{what}' must give every candidate a time")
+    return {str(k): _in(v, f"'{what}.{k}'", 0.0, MAX_SECONDS, above=above)
+            for k, v in value.items()}
+
+
+def _row(name: str, row: Any, cands: tuple[str, ...], numel: int) -> np.ndarray:
+    """One layer's row (see ``profile.PER_CANDIDATE``), every number typed and in range."""
+    width = 1 + PER_CANDIDATE * len(cands)
+    if not (isinstance(row, list) and len(row) == width):
+        raise ValueError(f"layer {name!r}: the row must be a list of {width} numbers")
+    arr = np.array([number(x, f"layer {name!r} column {i}") for i, x in enumerate(row)])
+    _in(arr[0], f"layer {name!r}: its squared norm", 0.0, MAX_SQUARES)
+    most = 64.0 * max(numel, 1) + (1 << 20)  # any payload's bytes, a header included
+    bounds = {0: ("squared error", 0.0, MAX_SQUARES, False),
+              1: ("squared sum", 0.0, MAX_SQUARES, False),
+              2: ("compress seconds", 0.0, MAX_SECONDS, True),
+              3: ("decompress seconds", 0.0, MAX_SECONDS, True),
+              4: ("payload bytes", 0.0, most, True),
+              5: ("kept elements", 0.0, float(numel), False),
+              RESIDUAL: ("residual", 0.0, MAX_SQUARES, False)}
+    cols = arr[1:].reshape(len(cands), PER_CANDIDATE)
+    for spec, col in zip(cands, cols, strict=True):
+        for j, (what, low, high, above) in bounds.items():
+            _in(col[j], f"layer {name!r}, {spec}: {what}", low, high, above=above)
+    plain = cols[cands.index("none")] if "none" in cands else None
+    if plain is not None and (plain[0] != 0 or plain[RESIDUAL] != 0):
+        raise ValueError(f"layer {name!r}: 'none' (the identity) shows an error")
+    return arr
 
 
 def check(record: Any, want: str, world: int, cands: tuple[str, ...],
           layout: list[list[Any]]) -> dict[str, Any]:
-    """The record's table and measured latencies, every field validated; ValueError says
-    which field is wrong."""
+    """The record's table and measured latencies, every field typed and in range (numbers
+    are JSON numbers, never bools or strings; times positive, "none" error-free);
+    ValueError says which field is wrong."""
     if not isinstance(record, Mapping):
         raise ValueError("not a JSON object")
-    if record.get("schema") != SCHEMA:
-        raise ValueError(f"schema {record.get('schema')!r}, this library reads {SCHEMA}")
+    schema = record.get("schema")
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema != SCHEMA:
+        raise ValueError(f"schema {schema!r}, this library reads {SCHEMA}")
     if record.get("key") != want:
         raise ValueError("its key is not this model's, world size and link")
     if record.get("candidates") != list(cands):
         raise ValueError("measured for other candidates")
     numel = {name: int(np.prod(shape)) for _, name, shape, _ in layout}
-    table, width = record.get("table"), 1 + PER_CANDIDATE * len(cands)
+    table = record.get("table")
     if not isinstance(table, Mapping):
         raise ValueError("'table' is not an object")
     rows = {}
     for name, row in table.items():
         if name not in numel:
             raise ValueError(f"layer {name!r} is not in the model")
-        arr = np.asarray(row, dtype=np.float64) if isinstance(row, list) else None
-        if arr is None or arr.shape != (width,) or not np.isfinite(arr).all() or \
-                (arr < 0).any():
-            raise ValueError(f"layer {name!r}: the row must be {width} finite numbers >= 0")
-        if arr[1:].reshape(-1, PER_CANDIDATE)[:, 5].max() > numel[name]:
-            raise ValueError(f"layer {name!r}: keeps more elements than it has")
-        rows[str(name)] = arr
+        rows[str(name)] = _row(name, row, cands, numel[name])
     fit = record.get("fit")
     if fit is not None:
         if not (isinstance(fit, Mapping) and set(fit) == {"alpha", "beta", "gamma"}):
             raise ValueError("'fit' must give alpha, beta and gamma")
-        fit = {k: float(v) for k, v in fit.items()}
-        if not all(0 <= v < math.inf for v in fit.values()):
-            raise ValueError("'fit' holds a number that is not finite and >= 0")
+        fit = {k: _in(v, f"'fit.{k}'", 0.0, MAX_FIT) for k, v in fit.items()}
     measured = record.get("measured")
     if measured is not None:
-        if not (isinstance(measured, Mapping) and measured.get("ranks") == world):
+        if not isinstance(measured, Mapping):
+            raise ValueError("'measured' is not an object")
+        ranks = integer(measured.get("ranks"), "'measured.ranks'")
+        if ranks != world:
             raise ValueError("'measured' is not for this world size")
         measured = {"ranks": world,
-                    "seconds": _seconds(measured.get("seconds"), cands, "'measured.seconds'"),
+                    "seconds": _seconds(measured.get("seconds"), cands, "measured.seconds",
+                                        above=True),
                     "overhead_s": _seconds(measured.get("overhead_s"), cands,
-                                           "'measured.overhead_s'")}
+                                           "measured.overhead_s", above=False)}
     return {"table": rows, "measured": measured, "fit": fit}
 
 
@@ -156,15 +193,14 @@ def read(path: Path, want: str, world: int, cands: tuple[str, ...],
          layout: list[list[Any]]) -> bytes | None:
     """This rank's validated copy of ``path`` (canonical JSON), None when missing or bad (a
     bad file is named in a warning)."""
-    if not path.exists():
-        return None
     try:
-        record = json.loads(path.read_text(encoding="utf-8"),
-                            parse_constant=lambda c: math.nan)  # Infinity/NaN fail the check
-        found = check(record, want, world, cands, layout)
+        data = read_small(path)
+        if data is None:
+            return None
+        found = check(load_json(data), want, world, cands, layout)
         return encode(want, cands, found["table"], found["measured"], found["fit"])
-    except (OSError, UnicodeError, ValueError, TypeError) as exc:
-        warnings.warn(f"policy cache {path} ignored ({exc}); measuring again", stacklevel=3)
+    except ValueError as exc:
+        ignored("policy cache", path, exc, "measuring again")
         return None
 
 

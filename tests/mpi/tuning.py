@@ -7,7 +7,6 @@ the table every rank must hold alike.
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import numpy as np
@@ -62,12 +61,12 @@ def main() -> None:
     model = costmodel.predicted_best(WORLD.size, SIZES[-1], costmodel.params(later))
     chk.check(picked == table.pick(SIZES[-1], model), f"the loaded table's pick: {picked}")
 
-    # COMPCOLL_TUNE=0: not looked for
-    os.environ[tuning.ENV_TUNE] = "0"
+    # COMPCOLL_TUNE=0 (collectives.defaults.tune, read from it at first use): not looked for
+    collectives.defaults.tune = False
     off = fresh()
     costmodel.choose(off, SIZES[-1])
     chk.check(off.cache.crossovers is None, "COMPCOLL_TUNE=0 skips the saved table")
-    del os.environ[tuning.ENV_TUNE]
+    collectives.defaults.tune = True
 
     # a damaged file: a warning on rank 0, the model decides, nothing hangs
     target = tuning.path(tuning.key(comm))
