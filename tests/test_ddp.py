@@ -50,7 +50,7 @@ def test_bench_train_smoke(tmp_path) -> None:
     import sys
 
     out = tmp_path / "train.json"
-    cmd = [sys.executable, "-m", "bench", "bench", "train", "-np", "2", "--steps", "12",
+    cmd = [sys.executable, "-m", "compcoll_bench", "bench", "train", "-np", "2", "--steps", "12",
            "--model", "cnn", "--runs", "ddp,int8+ef,auto", "--json", str(out),
            "--timeout", "60"]  # a stalled step prints every thread's stack and fails
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -24,6 +24,9 @@ def test_compcoll_backend_string_compresses_ddp_and_trains_like_gloo() -> None:
     assert "backend training:" in res.stdout
 
 
-def test_the_readme_ddp_snippet_runs_as_written_under_torchrun(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("policy", ["auto", "uniform:bits=8"])
+def test_the_readme_ddp_snippet_runs_as_written_under_torchrun(tmp_path, monkeypatch,
+                                                               policy: str) -> None:
+    """The snippet as written ("auto"), and with the fixed compressor the README offers."""
     monkeypatch.setenv("COMPCOLL_CACHE_DIR", str(tmp_path / "cache"))
-    passed(torchrun("front_door.py", 2, timeout=240), "torchrun front door")
+    passed(torchrun("front_door.py", 2, policy, timeout=240), "torchrun front door")

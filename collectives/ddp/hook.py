@@ -67,12 +67,11 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
         ranges = grouping.offsets(buf, grads)
         groups = state.groups(index, params, ranges)
         policy = state.policy
-        if policy.adaptive and policy.wants_profile(step):  # type: ignore[attr-defined]
+        if policy.wants_profile(step):  # (never, under a static policy)
             for j, (p, g) in enumerate(zip(params, grads, strict=True)):
                 lay = state.layer(p, f"bucket{index}/{j}")
-                if policy.wants_profile(step, lay.name):  # type: ignore[attr-defined]
-                    policy.observe(step, lay, g.detach().cpu().numpy().copy(),  # type: ignore
-                                   index)
+                if policy.wants_profile(step, lay.name):
+                    policy.observe(step, lay, g.detach().cpu().numpy().copy(), index)
         # Inputs first, span groups last (they zero the others' ranges once copied out);
         # collectives in the groups' order, a span group first (it writes its whole span).
         views = {id(g): g.view(buf) for g in sorted(groups, key=lambda g: bool(g.holes))}
@@ -122,5 +121,5 @@ def _norm_observer(state: CompressionState, step: int, index: int) -> Any:
             dtype = lookup(str(flat.dtype))
             sq = ops.sum_squares(torch_raw(flat.contiguous()), dtype)
         if np.isfinite(sq):  # a skipped (non-finite) step says nothing about the regime
-            state.policy.observe_norm(step, sq, index)  # type: ignore[attr-defined]
+            state.policy.observe_norm(step, sq, index)
     return observe

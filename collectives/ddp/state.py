@@ -56,9 +56,8 @@ class CompressionState:
         self._validated: set[tuple[str, str, int]] = set()
         self._comm: Any = None
         self._worker = Worker()
-        instance = getattr(self.policy, "instance", None)
-        if instance is not None:  # a Compressor passed in is used as it is (its warm starts)
-            self._comps[self.policy.spec] = instance  # type: ignore[attr-defined]
+        # A Compressor passed in is used as it is (its warm starts).
+        self._comps.update(self.policy.instances())
 
     def bind(self, model: Any) -> CompressionState:
         """Learn parameter names and kinds from ``model`` (or its DDP wrapper); returns self."""
@@ -122,10 +121,10 @@ class CompressionState:
     def begin_step(self) -> None:
         """Called for bucket 0, when nothing is in flight: count, let the policy decide."""
         self.current, self.step = self.step, self.step + 1
-        if self.policy.adaptive and self.current >= self.start_step:
-            policy: Any = self.policy
-            if policy.update(self.communicator(), self.current, plain=self.group_algorithm()):
-                self.version += 1
+        if self.policy.adaptive and self.current >= self.start_step and \
+                self.policy.update(self.communicator(), self.current,
+                                   plain=self.group_algorithm()):
+            self.version += 1
 
     def groups(self, index: int, params: list[Any], ranges: list[tuple[int, int]]
                ) -> list[grouping.Group]:
@@ -139,9 +138,8 @@ class CompressionState:
             self._release(cached[1])
         by_spec: dict[str, list[int]] = {}
         layers = [self.layer(p, f"bucket{index}/{j}") for j, p in enumerate(params)]
-        if self.policy.adaptive:  # the layout its measurements are keyed by
-            self.policy.see_bucket(index, layers,  # type: ignore[attr-defined]
-                                   [str(p.dtype) for p in params])
+        # The layout an adaptive policy keys its measurements by (a static one ignores it).
+        self.policy.see_bucket(index, layers, [str(p.dtype) for p in params])
         out = []
         for j, (lay, spec) in enumerate(zip(layers, self.policy.choose_bucket(layers),
                                             strict=True)):

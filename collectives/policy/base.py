@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Hashable
 from typing import Any
+
+import numpy as np
 
 import compressors
 
@@ -40,18 +43,18 @@ def short(spec: str) -> str:
 class Policy:
     """Maps each layer to a compressor spec (a canonical string, see :func:`canonical`).
 
-    Static policies implement ``choose``. Adaptive ones also set ``adaptive = True`` and
-    implement ``wants_profile``/``observe``/``observe_norm``/``update`` (see ``AutoPolicy``).
+    Static policies implement ``choose``. Adaptive ones set ``adaptive = True`` and hear
+    from the DDP hook through the methods below (``see_bucket``, ``wants_profile``,
+    ``observe``, ``wants_norm``, ``observe_norm``, ``update``), which do nothing here: the
+    hook calls them on any policy (see ``AutoPolicy``).
     """
 
     adaptive = False
+    #: The model's layers, as :meth:`bind` got them (None before).
+    layers: list[Layer] | None = None
 
     def choose(self, layer: Layer) -> str:
         raise TypeError(f"{type(self).__name__} does not implement choose(layer)")
-
-    def wants_norm(self, step: int) -> bool:
-        """Whether an adaptive policy wants ``step``'s gradient norms (``observe_norm``)."""
-        return self.adaptive
 
     def choose_bucket(self, layers: list[Layer]) -> list[str]:
         """The compressor of each layer of one DDP bucket, in its order (``choose`` each,
@@ -59,16 +62,56 @@ class Policy:
         return [self.choose(lay) for lay in layers]
 
     def bind(self, layers: list[Layer]) -> None:
-        """Check the policy against the model's layers (called once the model is known)."""
+        """Learn the model's layers (called once the model is known); a policy that checks
+        itself against them does so here, and calls this too."""
+        self.layers = list(layers)
 
+    def instances(self) -> dict[str, compressors.Compressor]:
+        """Compressor objects passed in by the user, by canonical spec: the hook uses them
+        as they are (their warm starts included) instead of building its own."""
+        return {}
+
+    # -- what the DDP hook reports (adaptive policies; nothing to do for a static one) -----
+    def see_bucket(self, bucket: int, layers: list[Layer], dtypes: list[str]) -> None:
+        """The layers of DDP bucket ``bucket`` in its order, with their dtypes."""
+
+    def wants_profile(self, step: int, layer: str | None = None) -> bool:
+        """Whether ``step`` profiles (the layer named ``layer``, when given): the hook then
+        passes those gradients to :meth:`observe`."""
+        return False
+
+    def observe(self, step: int, layer: Layer, grad: np.ndarray,
+                bucket: int | None = None) -> None:
+        """This rank's gradient of ``layer`` (in DDP bucket ``bucket``) before compression,
+        on the steps :meth:`wants_profile` asks for."""
+
+    def wants_norm(self, step: int) -> bool:
+        """Whether the hook should report ``step``'s gradient norms (:meth:`observe_norm`)."""
+        return self.adaptive
+
+    def observe_norm(self, step: int, sq_norm: float, bucket: Hashable | None = None) -> None:
+        """Squared norm of (part of, bucket ``bucket``) the averaged gradient of ``step``."""
+
+    def update(self, comm: Any, step: int, *, plain: str | None = None) -> bool:
+        """At the start of ``step``, nothing in flight: decide when due (collective on
+        every rank alike). True if the decisions changed. ``plain``: the algorithm of
+        uncompressed groups (None: the communicator's engine)."""
+        return False
+
+    # -- state and reporting ---------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
 
-    def table(self, layers: list[Layer]) -> str:
-        """The decisions as a text table: layer, numel, compressor."""
+    def table(self, layers: list[Layer] | None = None) -> str:
+        """The decisions as a text table: layer, numel, compressor (of ``layers``, else of
+        the layers :meth:`bind` got)."""
+        layers = self.layers if layers is None else layers
+        if layers is None:
+            return (f"(no layers yet: {type(self).__name__} is bound to a model by "
+                    f"CompressionState(...).bind(model), or pass them: table(layers))")
         rows = [(lay.name, lay.numel, self.choose(lay)) for lay in layers]
         width = max([len(r[0]) for r in rows] + [5])
         lines = [f"{'layer':<{width}} {'numel':>10}  compressor"]
@@ -85,6 +128,9 @@ class Fixed(Policy):
 
     def choose(self, layer: Layer) -> str:
         return self.spec
+
+    def instances(self) -> dict[str, compressors.Compressor]:
+        return {} if self.instance is None else {self.spec: self.instance}
 
     def __repr__(self) -> str:
         return f"Fixed({self.spec!r})"

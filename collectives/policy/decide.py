@@ -24,8 +24,7 @@ import numpy as np
 import compressors
 
 from .. import costmodel
-from . import plan
-from .base import short
+from . import plan, report
 from .layers import Layer
 from .profile import PER_CANDIDATE, RESIDUAL
 
@@ -76,17 +75,19 @@ def decide(comm: Any, cfg: Any, layers: list[Layer], rows: np.ndarray, measured:
     compressor whose residual grew past ``cfg.max_residual`` is not used for the layer."""
     cands, budget = cfg.candidates, cfg.max_error ** 2
     share = weights(rows[:, 0], buckets, live)
-    times, errors, rel = [], [], []
+    times, errors, rel, grew, over = [], [], [], [], []
     for layer, row, w, seen in zip(layers, rows, share, measured, strict=True):
         cols = row[1:].reshape(len(cands), PER_CANDIDATE)
         r = np.sqrt(cols[:, 0] / np.maximum(cols[:, 1], 1e-300))
         plain_only = layer.numel < cfg.min_numel or not seen
         # Ruled out for this layer: a residual that grows, or a per-step error above the
         # whole budget (see the module doc).
-        ruled_out = (np.sqrt(cols[:, RESIDUAL]) > cfg.max_residual) | (r > cfg.max_error)
+        grew.append(np.sqrt(cols[:, RESIDUAL]) > cfg.max_residual)
+        over.append(r > cfg.max_error)
         times.append([math.inf if spec != "none" and (plain_only or ruled) else
                       plan.price(comm.size, layer, spec, col, cost)
-                      for spec, col, ruled in zip(cands, cols, ruled_out, strict=True)])
+                      for spec, col, ruled in zip(cands, cols, grew[-1] | over[-1],
+                                                  strict=True)])
         errors.append([float(w * x * x) for x in r])
         rel.append(r)
     body = plan.bodies(comm.size, cands, times, cost)
@@ -95,22 +96,30 @@ def decide(comm: Any, cfg: Any, layers: list[Layer], rows: np.ndarray, measured:
                       if compressors.get(spec).capabilities.allreduce_steps)
     pick, total = plan.plan(cands, body, errors, budget, cfg.bins, fixed, buckets,
                             cfg.min_gain, cfg.margin, alone)
+    wanted: list[int | None] = [None] * len(layers)  # what a standing plan overrode
     old = previous(cands, layers, standing, errors, budget)
     if old is not None:  # hysteresis: a new plan must clearly beat the standing one
         old_total = plan.step_time(old, body, fixed, buckets, alone)
         if not plan.clear(total, old_total, cfg.min_gain, cfg.margin):
+            wanted = [c if c != o else None for c, o in zip(pick, old, strict=True)]
             pick = old
     pick = plan.agreed(comm, pick)
     out = Outcome(pick, plan.step_time(pick, body, fixed, buckets, alone),
                   math.sqrt(sum(errors[i][c] for i, c in enumerate(pick))))
+    # Each layer's part of the step: the small and unmeasured ones were never profiled.
+    profiled = [lay.numel >= cfg.min_numel and seen for lay, seen in zip(layers, measured,
+                                                                         strict=True)]
+    parts = plan.shares(pick, body, fixed, buckets, alone, profiled)
+    slack = budget - sum(errors[i][c] for i, c in enumerate(pick))
     out.rows = [{"layer": lay.name, "numel": lay.numel, "kind": lay.kind,
                  "compressor": cands[c],
                  "bytes": int(row[1:].reshape(-1, PER_CANDIDATE)[c, 4]),
                  "predicted_us": (body[i][c] + fixed[c]) * 1e6, "error": float(rel[i][c]),
+                 "step_us": parts[i] * 1e6, "profiled": profiled[i],
                  "residual": float(np.sqrt(row[1:].reshape(-1, PER_CANDIDATE)[c, RESIDUAL])),
-                 "held_back": [cands[j] for j, x in enumerate(
-                     row[1:].reshape(-1, PER_CANDIDATE)[:, RESIDUAL])
-                     if np.sqrt(x) > cfg.max_residual]}
+                 "held_back": [cands[j] for j, g in enumerate(grew[i]) if g],
+                 "why": report.why(cfg, lay, measured[i], c, body[i], errors[i], grew[i],
+                                   over[i], slack, wanted[i])}
                 for i, (lay, c, row) in enumerate(zip(layers, pick, rows, strict=True))]
     return out
 
@@ -124,20 +133,3 @@ def previous(cands: tuple[str, ...], layers: list[Layer], standing: Mapping[str,
         return None
     old = [cands.index(standing[lay.name]) for lay in layers]
     return old if sum(errors[i][c] for i, c in enumerate(old)) <= budget else None
-
-
-def render(rows: list[dict[str, Any]], error: float, budget: float,
-           collective_s: Mapping[str, float]) -> str:
-    """A decision as a text table: layer, numel, compressor, bytes, predicted time, error."""
-    width = max(len(r["layer"]) for r in rows)
-    lines = [f"{'layer':<{width}} {'numel':>9} {'compressor':<16} {'bytes':>9} "
-             f"{'pred_us':>9} {'error':>7} {'resid':>6}  residual grew past the bound"]
-    lines += [f"{r['layer']:<{width}} {r['numel']:>9} {short(r['compressor']):<16} "
-              f"{r['bytes']:>9} {r['predicted_us']:>9.1f} {r['error']:>7.4f} "
-              f"{r.get('residual', 0.0):>6.2f}  "
-              f"{', '.join(short(c) for c in r.get('held_back', [])) or '-'}" for r in rows]
-    lines.append(f"total relative error {error:.4f} (budget {budget})")
-    if collective_s:
-        lines.append("one collective (us): " + ", ".join(
-            f"{short(k)} {v * 1e6:.0f}" for k, v in collective_s.items()))
-    return "\n".join(lines)

@@ -101,7 +101,9 @@ def plan(cands: tuple[str, ...], body: list[list[float]], errors: list[list[floa
                        alone)
         plans.append((step_time(pick, body, fixed, buckets, alone),
                       sum(errors[i][c] for i, c in enumerate(pick)), pick))
-    assert plans
+    if not plans:  # no subset meets the budget: not even "none" is priced and error-free
+        raise ValueError("no plan fits the error budget: the measurements give 'none' (the "
+                         "identity) an error or no finite time")
     fastest = min(total for total, _, _ in plans)
     _, total, pick = min((err, total, pick) for total, err, pick in plans
                          if not clear(fastest, total, min_gain, margin))
@@ -114,6 +116,23 @@ def step_time(pick: list[int], body: list[list[float]], fixed: list[float],
     compressor in ``alone`` once per layer)."""
     groups = {_group(i, c, buckets, alone) for i, c in enumerate(pick)}
     return sum(body[i][c] for i, c in enumerate(pick)) + sum(fixed[c] for _, c, _ in groups)
+
+
+def shares(pick: list[int], body: list[list[float]], fixed: list[float],
+           buckets: list[Hashable], alone: frozenset[int] = frozenset(),
+           payers: list[bool] | None = None) -> list[float]:
+    """Each layer's part of :func:`step_time` (they add up to it): its body, and an equal
+    part of its collective's fixed cost, split among the collective's layers that
+    ``payers`` marks (all of them when it marks none)."""
+    groups: dict[tuple[Hashable, int, int | None], list[int]] = {}
+    for i, c in enumerate(pick):
+        groups.setdefault(_group(i, c, buckets, alone), []).append(i)
+    out = [body[i][c] for i, c in enumerate(pick)]
+    for (_, c, _), members in groups.items():
+        paying = [i for i in members if payers is None or payers[i]] or members
+        for i in paying:
+            out[i] += fixed[c] / len(paying)
+    return out
 
 
 def _group(i: int, c: int, buckets: list[Hashable], alone: frozenset[int]

@@ -94,6 +94,7 @@ class Rules(Policy):
     def bind(self, layers: list[Layer]) -> None:
         for layer in layers:
             self.choose(layer)
+        super().bind(layers)
 
     def __repr__(self) -> str:
         return f"Rules({self.rules!r})"
@@ -103,20 +104,24 @@ class Table(Policy):
     """A fixed table: parameter name -> compressor spec, with an optional default."""
 
     def __init__(self, table: Mapping[str, Any], default: Any = None) -> None:
-        self.table = {str(k): canonical(v) for k, v in table.items()}
+        self.specs = {str(k): canonical(v) for k, v in table.items()}
         self.default = None if default is None else canonical(default)
 
     def choose(self, layer: Layer) -> str:
-        spec = self.table.get(layer.name, self.default)
+        spec = self.specs.get(layer.name, self.default)
         if spec is None:
             raise ValueError(f"layer {layer.name!r} is not in the table and there is no "
                              "default; pass default='none' (or another spec)")
         return spec
 
     def bind(self, layers: list[Layer]) -> None:
-        unknown = set(self.table) - {layer.name for layer in layers}
+        unknown = set(self.specs) - {layer.name for layer in layers}
         if unknown:
             raise ValueError(f"the table names parameters the model does not have: "
                              f"{sorted(unknown)}")
         for layer in layers:
             self.choose(layer)
+        super().bind(layers)
+
+    def __repr__(self) -> str:
+        return f"Table({self.specs!r}, default={self.default!r})"

@@ -6,7 +6,10 @@ loop runs (the digits CNN, real data, Adam), then the lines after. Checked: the 
 called, the policy decided and its table names the model's layers, the loss fell, every rank
 holds the same weights, and ``state.close()`` stopped the hook's thread.
 
-Run: torchrun --standalone --nproc-per-node 2 tests/torchrun/front_door.py
+An argument other than "auto" replaces the snippet's ``policy="auto"`` (the README offers a
+fixed compressor, ``policy="uniform:bits=8"``, in the same place); the rest runs as written.
+
+Run: torchrun --standalone --nproc-per-node 2 tests/torchrun/front_door.py [POLICY]
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import sys
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from bench.commands.train_models import task
+from compcoll_bench.commands.train_models import task
 
 from torchrun_checks import Checks, P, train
 
@@ -41,6 +45,9 @@ def snippet() -> tuple[str, str]:
 
 def main() -> None:
     before, after = snippet()
+    policy = sys.argv[1] if len(sys.argv) > 1 else "auto"
+    check('policy="auto"' in before, "the snippet passes policy=\"auto\"")
+    before = before.replace('policy="auto"', f"policy={policy!r}")
     dist.init_process_group("gloo")
     t = task("cnn", 0)
     model = torch.nn.parallel.DistributedDataParallel(t.make())
@@ -53,7 +60,12 @@ def main() -> None:
         exec(compile(after, "README.md front-door", "exec"), scope)  # noqa: S102
     table = printed.getvalue()
     check(state.step == STEPS, f"the hook ran every step ({state.step} of {STEPS})")
-    check(bool(state.policy.decisions), "the automatic policy decided")
+    if policy == "auto":
+        check(bool(state.policy.decisions), "the automatic policy decided")
+    else:
+        kind = policy.split(":")[0]
+        check(table.count(kind) >= len(list(model.parameters())),
+              f"the printed table gives every layer {policy}:\n{table}")
     names = [n for n, _ in model.module.named_parameters()]
     check(all(n in table for n in names), f"the printed table names every layer:\n{table}")
     check(sum(losses[-5:]) < sum(losses[:5]), f"the loss fell: {losses[:5]} -> {losses[-5:]}")

@@ -1,0 +1,143 @@
+"""Deciding for the automatic policy: when to decide, the decision, and each layer's pick.
+
+Decisions after the first (every ``every`` steps, and at a regime change) price the same
+measurements again with the live statistics the hook collects anyway (``signals``: each
+bucket's share of the averaged gradient's norm, Accordion's regime signal): arithmetic, no
+profiling and no pause. When no bucket's share moved by ``shift`` and the regime holds, the
+plan is kept without even that. The decision itself is ``decide``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+import numpy as np
+
+import compressors
+
+from .. import costmodel
+from . import report
+from .config import AutoConfig
+from .decide import Outcome, decide, unmeasured
+from .layers import Layer
+from .layout import Layout
+from .part import Part
+from .signals import Signals
+
+
+class Decider(Part):
+    """The standing decisions, their table, and the signals that say when to decide."""
+
+    KEYS = {"decisions": "decisions", "rows": "rows", "total_error": "total_error",
+            "collective_s": "collective_s", "_last_eval": "last", "_regime": "regime",
+            "_live_used": "live_used"}
+
+    def __init__(self, config: AutoConfig) -> None:
+        self.config = config
+        self.decisions: dict[str, str] = {}
+        self.rows: list[dict[str, Any]] = []  # the last decision's table (``report``)
+        self.total_error = 0.0
+        self.collective_s: dict[str, float] = {}  # fixed cost per candidate, last decision
+        self.last: int | None = None  # the step of the last decision
+        self.regime = False  # the gradient norm's regime changed since
+        self.live_used: dict[Hashable, float] = {}  # the live norms it was priced with
+        self.signals = Signals(config.window, config.threshold)
+
+    def choose(self, layer: Layer) -> str:
+        if layer.name in self.decisions:
+            return self.decisions[layer.name]
+        return self.config.initial if layer.numel >= self.config.min_numel else "none"
+
+    def choose_bucket(self, layers: list[Layer]) -> list[str]:
+        """See ``AutoPolicy.choose_bucket``."""
+        specs = [self.choose(lay) for lay in layers]
+        small = self.config.min_numel
+        big = {s for s, lay in zip(specs, layers, strict=True) if lay.numel >= small}
+        if len(big) != 1:
+            return specs
+        spec = big.pop()
+        caps = compressors.get(spec).capabilities
+        if spec == "none" or caps.sparse or caps.allreduce_steps:
+            return specs
+        return [spec if lay.numel < small else s for s, lay in zip(specs, layers, strict=True)]
+
+    def rides(self, layout: Layout) -> dict[str, str]:
+        """The small layers that travel in their bucket's compressed group (by name)."""
+        out = {}
+        for layers in layout.buckets():
+            for lay, spec in zip(layers, self.choose_bucket(layers), strict=True):
+                if spec != self.decisions.get(lay.name, spec):
+                    out[lay.name] = spec
+        return out
+
+    # -- when ----------------------------------------------------------------------------
+    def close(self, step: int) -> float | None:
+        """End a window of the signals at ``step``; the norm's change on a regime change."""
+        change = self.signals.close(step)
+        if change is not None:
+            self.regime = True
+        return change
+
+    def due(self, step: int) -> bool:
+        last = self.last
+        return last is None or self.regime or step - last >= self.config.every
+
+    def moved(self, shift: float) -> bool:
+        """Whether a bucket's share of the live gradient norm moved by more than ``shift``
+        since the last decision (identical on every rank: the averaged gradient's)."""
+        def shares(live: Mapping[Hashable, float]) -> dict[Hashable, float]:
+            total = sum(live.values())
+            return {b: v / total for b, v in live.items()} if total > 0 else {}
+        now, then = shares(self.signals.live), shares(self.live_used)
+        return now.keys() != then.keys() or any(abs(now[b] - then[b]) > shift for b in now)
+
+    def keep(self, step: int) -> None:
+        """Nothing moved at ``step``: the standing plan counts as decided again."""
+        self.last = step
+
+    def why_now(self, cached: bool) -> str:
+        """Why a decision is due (for the log)."""
+        if self.last is None:
+            return "first, from the cache" if cached else "first"
+        return "regime change" if self.regime else f"every {self.config.every}"
+
+    # -- what ----------------------------------------------------------------------------
+    def begin(self, step: int) -> None:
+        """A decision at ``step``: the signals it is priced with are these."""
+        self.last, self.regime = step, False
+        self.live_used = dict(self.signals.live)
+
+    def decide(self, comm: Any, layout: Layout, measurements: Mapping[str, np.ndarray],
+               cost: costmodel.CostParams, fixed: list[float]) -> Outcome:
+        """Decide every layer of ``layout`` (collective: ``plan.agreed``)."""
+        cands = self.config.candidates
+        names = sorted(layout.layers)
+        layers = [layout.layers[n] for n in names]
+        rows = np.stack([measurements[n] if n in measurements else unmeasured(lay, cands)
+                         for n, lay in zip(names, layers, strict=True)])
+        out = decide(comm, self.config, layers, rows, [n in measurements for n in names],
+                     [layout.bucket.get(n, n) for n in names], self.signals.live, cost,
+                     fixed, self.decisions)
+        self.decisions = {lay.name: cands[c] for lay, c in zip(layers, out.pick, strict=True)}
+        self.collective_s = dict(zip(cands, fixed, strict=True))
+        self.rows, self.total_error = out.rows, out.error
+        return out
+
+    def table(self, layout: Layout) -> str:
+        """The last decision (``report.render``), or what is sent until the first."""
+        cfg = self.config
+        if not self.rows:
+            return (f"(no decision yet: layers of at least {cfg.min_numel} elements "
+                    f"use {cfg.initial}, smaller ones none)")
+        return report.render(self.rows, self.total_error, cfg.max_error, self.collective_s,
+                             self.rides(layout))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "signals": self.signals.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.signals = Signals(self.config.window, self.config.threshold)
+        if "signals" in state:  # absent from older checkpoints
+            self.signals.load_state_dict(state["signals"])
