@@ -1,26 +1,36 @@
 # Quickstart: `make bench` (allreduce sweep on 4 local ranks vs MPI_Allreduce) and `make test`.
-# Each target sets up .venv on first use (scripts/setup.sh).
+# Each target sets up .venv on first use (scripts/setup.sh): `make bench` what running needs,
+# `make test` also the test tools and NVRTC (for the CUDA compile tests).
 VENV := .venv
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+SETUP_DEPS := pyproject.toml CMakeLists.txt $(wildcard csrc/*.cpp csrc/*.h) scripts/setup.sh
 NP ?= 4
+# Your runs go here (git-ignored); bench/results holds the curated, committed results.
+RESULTS ?= compcoll-results
 
 .PHONY: bench test lint setup clean sanitize
 
-$(STAMP): pyproject.toml CMakeLists.txt $(wildcard csrc/*.cpp csrc/*.h) scripts/setup.sh
-	./scripts/setup.sh
+$(STAMP): $(SETUP_DEPS)
+	./scripts/setup.sh main
 	touch $(STAMP)
+
+$(TEST_STAMP): $(SETUP_DEPS)
+	./scripts/setup.sh test
+	touch $(STAMP) $(TEST_STAMP)
 
 setup: $(STAMP)
 
 bench: $(STAMP)
+	mkdir -p $(RESULTS)
 	$(VENV)/bin/compcoll bench allreduce -np $(NP) -b 1K -e 64M -f 4 \
-		--json bench/results/allreduce_shm_np$(NP).json --plot bench/results/allreduce_shm_np$(NP).png \
-		--txt bench/results/allreduce_shm_np$(NP).txt
+		--json $(RESULTS)/allreduce_shm_np$(NP).json --plot $(RESULTS)/allreduce_shm_np$(NP).png \
+		--txt $(RESULTS)/allreduce_shm_np$(NP).txt
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check collectives compressors tests bench
 
-test: $(STAMP) lint
+test: $(TEST_STAMP) lint
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
 
 clean:
@@ -39,7 +49,7 @@ SAN_ENV = LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so) $$($(CXX) \
 	-print-file-name=libstdc++.so)" ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1
 SAN_RUN = $(VENV)/bin/python scripts/sanitized_pytest.py $(SAN_DIR) -q -s -p no:cacheprovider
 
-sanitize: $(STAMP)
+sanitize: $(TEST_STAMP)
 	cmake -S . -B $(SAN_DIR) -DCMAKE_BUILD_TYPE=Release -DCOMPCOLL_NATIVE=OFF \
 		-DPython_EXECUTABLE=$(abspath $(VENV))/bin/python -DCMAKE_CXX_COMPILER=$(CXX) \
 		-DCOMPCOLL_SANITIZE="$(SAN_FLAGS)" > /dev/null

@@ -1,18 +1,55 @@
 #!/usr/bin/env bash
-# Create .venv and install everything compcoll needs on a fresh machine: CPU torch first (a bare
-# "torch" would pull a multi-GB CUDA build), MPICH + mpi4py from PyPI, the build tools, and the
-# package itself (compiling csrc/ into the _compcoll extension).
+# Create .venv and install compcoll on a fresh machine, one progress line per step.
+#
+#   scripts/setup.sh [main|test] [--dry-run]
+#
+# main (default, `make bench`): CPU torch first (a bare "torch" would pull a multi-GB CUDA
+#   build), MPICH + mpi4py from PyPI, the build tools, and the package itself with its bench
+#   extras (compiling csrc/ into the _compcoll extension).
+# test (`make test`): the same, plus NVRTC for the CUDA compile tests and the test tools.
+# --dry-run: print the steps and their commands, run nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MODE=main
+DRY=0
+for arg in "$@"; do
+  case "$arg" in
+    main | test) MODE=$arg ;;
+    --dry-run) DRY=1 ;;
+    *) echo "setup.sh: unknown argument '$arg'; give main or test, and --dry-run to print" \
+            "the steps only" >&2
+       exit 2 ;;
+  esac
+done
 PY=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
+TORCH=${TORCH_VERSION:-2.13.0}
+PIP=(.venv/bin/python -m pip install -q)
+if [ "$MODE" = test ]; then TOTAL=5 EXTRAS=bench,test; else TOTAL=4 EXTRAS=bench; fi
+
+done_steps=0
+step() {  # step LABEL COMMAND...: one progress line, then the command (pip stays quiet)
+  done_steps=$((done_steps + 1))
+  echo "[$done_steps/$TOTAL] $1..."
+  shift
+  if [ "$DRY" = 1 ]; then echo "      $*"; else "$@"; fi
+}
+new_venv() {
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  "${PIP[@]}" --upgrade pip
+}
+
+step "virtual environment .venv and pip" new_venv
+step "torch $TORCH (CPU)" "${PIP[@]}" "torch==$TORCH"
+step "MPICH, mpi4py, numpy and the build tools" \
+  "${PIP[@]}" "scikit-build-core>=0.10" "nanobind>=2.0" numpy mpi4py mpich
+if [ "$MODE" = test ]; then
+  # NVRTC alone (a ~90 MB wheel, no GPU needed), the compiler CuPy uses: with it the tests
+  # compile the CUDA twins (csrc/cuda) to PTX as CuPy does with pip-installed NVRTC, on a CPU
+  # machine.
+  step "NVRTC (nvidia-cuda-nvrtc-cu12) for the CUDA compile tests" \
+    "${PIP[@]}" nvidia-cuda-nvrtc-cu12
 fi
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
-.venv/bin/python -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.0" numpy mpi4py mpich
-# NVRTC alone (a ~90 MB wheel, no GPU needed), the compiler CuPy uses: with it the tests compile the
-# CUDA twins (csrc/cuda) to PTX as CuPy does with pip-installed NVRTC, on a CPU machine.
-.venv/bin/python -m pip install -q nvidia-cuda-nvrtc-cu12
-.venv/bin/python -m pip install -q --no-build-isolation -e ".[test]"
-.venv/bin/python -c "import _compcoll, collectives; print('compcoll installed; OpenMP:', _compcoll.openmp)"
+step "compcoll[$EXTRAS], compiling csrc/ (a few minutes)" \
+  "${PIP[@]}" --no-build-isolation -e ".[$EXTRAS]"
+[ "$DRY" = 1 ] || .venv/bin/python -c \
+  "import _compcoll, collectives; print('compcoll installed; OpenMP:', _compcoll.openmp)"

@@ -72,7 +72,7 @@ def test_integer_dtype_with_a_compressor_is_a_usage_error() -> None:
 
 
 def test_bad_compressor_specs_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    from bench.cli import main
+    from compcoll_bench.cli import main
 
     for argv, message in [(["--compressor", "ratio=0.1"], "follows no compressor name"),
                           (["--compressor", "bogus"], "unknown compressor 'bogus'"),
@@ -86,7 +86,7 @@ def test_bad_compressor_specs_are_usage_errors(capsys: pytest.CaptureFixture[str
 
 
 def test_split_specs() -> None:
-    from bench.commands.bench_compressor import combos, split_specs
+    from compcoll_bench.commands.bench_compressor import combos, split_specs
 
     assert split_specs(None) == ["none"]
     assert split_specs(["none,uniform:bits=8,topk:ratio=0.01,approximate=true"]) == [

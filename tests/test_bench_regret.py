@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import doctest
 
-from bench.commands import bench_report as report
+from compcoll_bench.commands import bench_report as report
 
 MB = 1 << 20
 
@@ -56,7 +56,7 @@ def _run(ranks: int, times: dict[int, dict[str, float]], picks: dict[int, str]) 
 
 
 def test_regret_over_runs_judges_each_runs_pick_against_the_median_times() -> None:
-    from bench.commands import bench_regret
+    from compcoll_bench.commands import bench_regret
 
     # tree is faster in two of three runs; auto picked ring twice and tree once
     runs = [_run(3, {MB: {"ring": 100.0, "tree": 80.0}}, {MB: "ring"}),
@@ -73,7 +73,7 @@ def test_regret_over_runs_judges_each_runs_pick_against_the_median_times() -> No
 def test_bench_regret_command_writes_its_files_and_refuses_other_json(tmp_path) -> None:
     import json
 
-    from bench.cli import main
+    from compcoll_bench.cli import main
 
     path = tmp_path / "run.json"
     path.write_text(json.dumps(_run(2, {MB: {"ring": 1.0, "tree": 2.0},
@@ -96,7 +96,7 @@ def test_bench_regret_command_writes_its_files_and_refuses_other_json(tmp_path) 
 
 
 def test_reference_runs_join_the_medians_but_their_picks_are_not_judged() -> None:
-    from bench.commands import bench_regret
+    from compcoll_bench.commands import bench_regret
 
     judged = [_run(3, {MB: {"ring": 100.0, "tree": 90.0}}, {MB: "ring"})]
     reference = [_run(3, {MB: {"ring": 100.0, "tree": 200.0}}, {MB: "tree"}),

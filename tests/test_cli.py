@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ SMALL = ["-n", "2", "-w", "1"]
 def refused(*argv: str, capsys: pytest.CaptureFixture[str]) -> str:
     """Run ``compcoll argv`` in this process; it must refuse with exit code 2 and one line
     ``compcoll: error: ...`` (returned), no traceback."""
-    from bench.cli import main
+    from compcoll_bench.cli import main
 
     capsys.readouterr()
     try:
@@ -37,15 +38,15 @@ def refused(*argv: str, capsys: pytest.CaptureFixture[str]) -> str:
     return lines[0]
 
 
-def compcoll(*args: str, env: dict[str, str] | None = None, timeout: float = 40
-             ) -> subprocess.CompletedProcess:
-    """Run ``python -m bench args`` in its own process group, killed whole on timeout."""
+def compcoll(*args: str, env: dict[str, str] | None = None, timeout: float = 40,
+             cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m compcoll_bench args`` in its own process group, killed whole on timeout."""
     environ = {k: v for k, v in os.environ.items()
                if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "COMPCOLL_BENCH_"))}
     environ.update(env or {})
-    proc = subprocess.Popen([sys.executable, "-m", "bench", *args], env=environ,
+    proc = subprocess.Popen([sys.executable, "-m", "compcoll_bench", *args], env=environ,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, cwd=cwd)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -125,7 +126,7 @@ def test_doctor_reports_mpich() -> None:
 
 def test_doctor_reports_a_missing_extension_with_the_fix() -> None:
     code = ("import sys; sys.modules['_compcoll'] = None\n"  # as if the build had failed
-            "from bench.cli import main; sys.exit(main(['doctor']))")
+            "from compcoll_bench.cli import main; sys.exit(main(['doctor']))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60)
     assert res.returncode != 0
@@ -133,7 +134,7 @@ def test_doctor_reports_a_missing_extension_with_the_fix() -> None:
 
 
 def test_size_parsing_and_sweep() -> None:
-    from bench.commands.benchlib import bus_bandwidth, parse_size, size_sweep
+    from compcoll_bench.commands.benchlib import bus_bandwidth, parse_size, size_sweep
 
     assert [parse_size(s) for s in ("1024", "1K", "64M", "1G", "8kb")] == [
         1024, 1 << 10, 64 << 20, 1 << 30, 8 << 10]
@@ -276,6 +277,21 @@ REFUSED = [
     (["bench", "train", "--scheme", "zip"], "'zip' is not a scheme"),
     (["bench", "train", "--txt", "{missing}/x.txt"], "x.txt: directory"),
     (["bench", "bogus"], "invalid choice: 'bogus'"),
+    # tune: sizes and output paths refused before mpiexec starts any rank
+    (["tune", "-np", "2", "-f", "1"], "-f must be >= 2"),
+    (["tune", "-np", "2", "-b", "0"], "need 1 <= min bytes"),
+    (["tune", "-np", "2", "-b", "4M", "-e", "1M"], "need 1 <= min bytes"),
+    (["tune", "-np", "2", "-b", "1K", "-e", "1K", "-n", "1", "--no-save",
+      "--json", "{missing}/t.json"], "does not exist"),
+    (["tune", "-np", "2", "-b", "1K", "-e", "1K", "-n", "1", "--no-save",
+      "--txt", "{missing}/t.txt"], "does not exist"),
+    # every other command's output paths: refused before reading, measuring or launching
+    (["bench", "regret", "{missing}/a.json", "--md", "{missing}/r.md"], "r.md: directory"),
+    (["bench", "regret", "{missing}/a.json", "--json", "{missing}/r.json"], "r.json: directory"),
+    (["bench", "compressors", "--sizes", "4096", "--threads", "1", "--repeats", "1",
+      "--specs", "none", "--out", "{missing}/c.json"], "does not exist"),
+    (["bench", "compressors", "--sizes", "0"], "integers >= 1"),
+    (["bench", "tta", "--json", "{missing}/x.json"], "does not exist"),
 ]
 
 
@@ -287,8 +303,8 @@ def test_argument_errors_are_one_line_and_exit_2(argv: list[str], words: str, ca
 
 
 def test_output_paths_are_checked_before_the_run(tmp_path: Path, capsys) -> None:
-    from bench.cli import UsageError
-    from bench.commands.checks import output_path
+    from compcoll_bench.cli import UsageError
+    from compcoll_bench.commands.checks import output_path
 
     output_path(str(tmp_path / "new.json"), "--json")  # a new file in a writable directory
     output_path("-", "--json", stdout=True)
@@ -323,7 +339,7 @@ def test_version_names_the_installed_distribution(capsys: pytest.CaptureFixture[
     from importlib import metadata
 
     import collectives
-    from bench.cli import main
+    from compcoll_bench.cli import main
 
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
@@ -354,3 +370,114 @@ def test_tune_saves_the_table_that_bench_allreduce_then_uses(tmp_path) -> None:
     # which algorithm runs also depends on this run's model fit (near-ties stay with it)
     picks = [r["auto_choice"] for r in ran["rows"] if r["algo"] == "auto"]
     assert len(picks) == 4 and set(picks) <= set(ran["modeled"])
+
+
+def _subparser(root: argparse.ArgumentParser, words: list[str]) -> argparse.ArgumentParser:
+    parser = root
+    for word in words:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = sub.choices[word]
+    return parser
+
+
+def test_every_option_of_every_command_says_what_it_does() -> None:
+    from compcoll_bench.cli import COMMANDS, build_parser
+    from compcoll_bench.commands import CATALOG
+
+    root = build_parser()
+    assert set(COMMANDS) == set(CATALOG)  # every listed command's module registers it
+    for name in COMMANDS:
+        parser = _subparser(root, name.split())
+        for action in parser._actions:
+            assert action.help and action.help != argparse.SUPPRESS, \
+                (name, action.option_strings or action.dest)
+    options = {o for a in _subparser(root, ["bench", "compressors"])._actions
+               for o in a.option_strings}
+    assert {"--out", "--sizes", "--threads", "--repeats", "--specs"} <= options
+
+
+def test_bench_compressors_help_lists_its_options(capsys: pytest.CaptureFixture[str]) -> None:
+    from compcoll_bench.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "compressors", "-h"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    assert "-- -h" not in text
+    for option in ("--out", "--sizes", "--threads", "--repeats", "--specs"):
+        assert option in text
+
+
+def test_help_describes_each_command_with_an_example(capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    from compcoll_bench.cli import main
+    from compcoll_bench.commands import CATALOG
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    assert "registry" not in text and "bench.commands" not in text
+    assert len(CATALOG) >= 10
+    for name in CATALOG:  # the epilog: one line per command
+        assert f"compcoll {name} " in text, name
+    assert "compcoll bench allreduce -np 4" in text  # an example to copy
+
+
+def test_version_answers_without_loading_the_commands() -> None:
+    code = ("import sys\n"
+            "from compcoll_bench.cli import main\n"
+            "try:\n"
+            "    main(['--version'])\n"
+            "except SystemExit as exc:\n"
+            "    assert exc.code == 0\n"
+            "print(sorted(m for m in sys.modules if m in ('torch', 'numpy', 'mpi4py', "
+            "'collectives') or m.startswith('compcoll_bench.commands.')), file=sys.stderr)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd="/")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("compcoll ") and out.stderr.strip() == "[]", out.stderr
+
+
+def test_bench_allreduce_lines_fit_in_120_columns() -> None:
+    """Both placements side by side, every algorithm (auto's pick shown), a compressor: no
+    line of the output, table or comment, is wider than 120 columns."""
+    for extra in ([], ["--compressor", "none,topk:ratio=0.01"]):
+        res = compcoll("bench", "allreduce", "-b", "1K", "-e", "4K", "-n", "1", "-w", "0",
+                       *extra, timeout=120)
+        assert res.returncode == 0, res.stdout + res.stderr
+        wide = [line for line in res.stdout.splitlines() if len(line) > 120]
+        assert not wide, "\n".join(wide)
+
+
+def test_compressed_rows_explain_their_error() -> None:
+    res = compcoll("bench", "allreduce", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0",
+                   "--algo", "ring", "--compressor", "topk:ratio=0.01", timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("# rel.err"))
+    note = " ".join([lines[start], *(line for line in lines[start + 1:]
+                                     if line.startswith("#   "))])
+    assert "error feedback" in note and "residual" in note and "--no-feedback" in note
+
+
+def test_bench_compressors_writes_to_its_own_folder_and_says_where(tmp_path: Path) -> None:
+    res = compcoll("bench", "compressors", "--sizes", "4096", "--threads", "1", "--repeats",
+                   "1", "--specs", "none", timeout=60, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (tmp_path / "compcoll-results" / "compressors.json").is_file()
+    assert (tmp_path / "compcoll-results" / "compressors.md").is_file()
+    assert not (tmp_path / "bench").exists()
+    assert not any(line.lstrip().startswith("{") for line in res.stdout.splitlines())
+    last = res.stdout.strip().splitlines()[-1]
+    assert "compcoll-results/compressors.json" in last and "compressors.md" in last
+
+
+def test_tune_refuses_a_cache_folder_it_could_not_save_to(tmp_path: Path, capsys,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("COMPCOLL_CACHE_DIR", str(blocker / "cache"))
+    line = refused("tune", "-np", "2", "-b", "1K", "-e", "1K", "-n", "1", capsys=capsys)
+    assert "a-file" in line and "--no-save" in line

@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
-from bench import emulate
-from bench.cli import main
-from bench.commands.emulate import Cluster
+from compcoll_bench import emulate
+from compcoll_bench.cli import main
+from compcoll_bench.commands.emulate import Cluster
 from tests.test_cli import compcoll
 
 ROOT = os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("tc") is not None
@@ -56,7 +56,7 @@ def test_delay_puts_netem_above_tbf_with_half_the_delay_per_hop() -> None:
 
 def test_mpmd_command_runs_one_rank_per_namespace_over_tcp() -> None:
     topo = emulate.Topology(2, 1e9, tag="9")
-    cmd = emulate.mpmd_command("mpiexec", topo, ["python", "-m", "bench"])
+    cmd = emulate.mpmd_command("mpiexec", topo, ["python", "-m", "compcoll_bench"])
     assert cmd.count(":") == 1 and cmd.count("-n") == 2
     assert cmd[3:7] == ["ip", "netns", "exec", "cc9-0"]
     assert "FI_TCP_IFACE=ccl" in cmd and "MPIR_CVAR_NOLOCAL=1" in cmd

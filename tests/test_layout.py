@@ -1,5 +1,5 @@
 """The layout's promises: the library (collectives, compressors) never imports the lab
-(bench), and compressors never imports collectives."""
+(compcoll_bench), and compressors never imports collectives."""
 
 from __future__ import annotations
 
@@ -25,15 +25,16 @@ def imported(package: str) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("package,forbidden", [("collectives", {"bench"}),
-                                               ("compressors", {"bench", "collectives"})])
+@pytest.mark.parametrize("package,forbidden", [("collectives", {"compcoll_bench"}),
+                                               ("compressors", {"compcoll_bench",
+                                                                "collectives"})])
 def test_dependencies_point_one_way(package: str, forbidden: set[str]) -> None:
     assert not imported(package) & forbidden
 
 
 def test_importing_the_library_loads_no_lab_module() -> None:
     code = ("import sys, collectives, compressors, collectives.ddp, collectives.policy\n"
-            "print(sorted(m for m in sys.modules if m == 'bench' or m.startswith('bench.')))")
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'compcoll_bench'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, cwd="/")
     assert out.returncode == 0, out.stderr
@@ -41,7 +42,7 @@ def test_importing_the_library_loads_no_lab_module() -> None:
 
 
 def test_the_command_runs_from_the_installed_package() -> None:
-    out = subprocess.run([sys.executable, "-m", "bench", "--version"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "compcoll_bench", "--version"], capture_output=True,
                          text=True, timeout=120, cwd="/")
     assert out.returncode == 0 and out.stdout.startswith("compcoll "), out.stderr
 

@@ -14,12 +14,12 @@ import math
 
 import pytest
 
-from bench.commands.collective_table import COLLECTIVES
 from collectives import costmodel, pricing
 from collectives.algorithms import REGISTRY
 from collectives.compressed import SCHEMES
 from collectives.config import defaults
 from collectives.sparse import ALGORITHMS as SPARSE
+from compcoll_bench.commands.collective_table import COLLECTIVES
 
 C = [costmodel.CostParams(10e-6, 1e-9, 0.2e-9), costmodel.CostParams(3.3e-5, 7.7e-10, 1.3e-10),
      costmodel.CostParams(0.0, 1e-9, 0.0), costmodel.CostParams(1e-6, 0.0, 0.0)]
@@ -127,7 +127,7 @@ def test_scheme_prices_and_bytes_are_the_formulas() -> None:
 
 @pytest.mark.parametrize("p", PS)
 def test_bus_bandwidth_factors_are_nccl_tests(p: int) -> None:
-    from bench.commands.benchlib import bus_bandwidth
+    from compcoll_bench.commands.benchlib import bus_bandwidth
 
     for algbw in (0.0, 1.0, 3.0, 12.345e9):
         assert bus_bandwidth(algbw, p) == algbw * 2 * (p - 1) / p

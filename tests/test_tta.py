@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.commands import tta_report, tta_steps
-from bench.commands.tta_target import (
+from compcoll_bench.commands import tta_report, tta_steps
+from compcoll_bench.commands.tta_target import (
     best,
     first_reached,
     reference_target,
@@ -153,7 +153,7 @@ def test_hook_time_and_step_split() -> None:
 
 
 def test_bits_per_byte_is_measured_on_many_held_out_windows(monkeypatch) -> None:
-    from bench.commands import train_models
+    from compcoll_bench.commands import train_models
 
     t = train_models.task("embed", 0)
     seen = []
@@ -181,8 +181,8 @@ def test_ratios_and_table_say_not_reached() -> None:
 
 
 def test_bytes_per_step_of_pytorchs_hooks() -> None:
-    from bench.commands.train_models import WideMLP
-    from bench.commands.train_runs import payload_bytes
+    from compcoll_bench.commands.train_models import WideMLP
+    from compcoll_bench.commands.train_runs import payload_bytes
 
     model = WideMLP((64, 256, 10))  # 64x256 and 256x10 weights, two biases
     fp32 = 4 * (64 * 256 + 256 + 256 * 10 + 10)

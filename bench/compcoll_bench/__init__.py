@@ -1,5 +1,6 @@
-"""The lab: the ``compcoll`` command (``bench.cli``), its benchmark harnesses
-(``bench.commands``), the emulated cluster (``bench.emulate``), forecasts
-(``bench.forecast``) and training models. It uses the library (``collectives``,
-``compressors``); the library never imports it. Result files and plots live in
-``bench/results/`` of the source tree (they do not ship with the package)."""
+"""The lab: the ``compcoll`` command (``compcoll_bench.cli``), its benchmark harnesses
+(``compcoll_bench.commands``), the emulated cluster (``compcoll_bench.emulate``), forecasts
+(``compcoll_bench.forecast``) and training models. It uses the library (``collectives``,
+``compressors``); the library never imports it. It lives in ``bench/compcoll_bench`` of the
+source tree, beside the curated results of ``bench/results/`` (which do not ship with the
+package); a user's runs write under ``./compcoll-results/``."""

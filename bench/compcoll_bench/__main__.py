@@ -1,4 +1,4 @@
-"""``python -m bench`` runs the ``compcoll`` command line."""
+"""``python -m compcoll_bench`` runs the ``compcoll`` command line."""
 
 from .cli import main
 

@@ -1,8 +1,10 @@
 """Compressor benchmark: throughput, compression ratio and error, plus kernel side-by-sides.
 
-Run: ``python -m bench.compressor_sweep --out bench/results/compressors.json`` (writes a markdown
-table next to the JSON). Throughput is GB/s of float32 input, median over repeats, with
-preallocated outputs (payload buffers reused through ``compress(out=)``, ``decompress(out=)``).
+Run: ``compcoll bench compressors`` (or ``python -m compcoll_bench.compressor_sweep``): it
+writes ``compcoll-results/compressors.json`` and a Markdown table beside it, unless ``--out``
+says where (the committed summary: ``--out bench/results/compressors.json``). Throughput is
+GB/s of float32 input, median over repeats, with preallocated outputs (payload buffers reused
+through ``compress(out=)``, ``decompress(out=)``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ import numpy as np
 
 import compressors
 from compressors import kernels
+
+from .cli import UsageError
+from .commands.checks import output_file, output_path
 
 SPECS = ["none", "fp16", "bf16", "uniform:bits=8", "uniform:bits=4", "uniform:bits=2",
          "uniform:bits=8,stochastic=false", "qsgd:levels=127", "terngrad", "sign",
@@ -178,26 +183,65 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _check(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse, before anything is timed, arguments that cannot work (a usage error, exit 2)."""
+#: Where results go unless ``--out`` says otherwise (under the current directory, created).
+DEFAULT_OUT = Path("compcoll-results") / "compressors.json"
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The benchmark's options (``compcoll bench compressors`` and ``python -m
+    compcoll_bench.compressor_sweep``)."""
+    ap.add_argument("--out", type=output_file, metavar="PATH",
+                    help="JSON result file; a Markdown table is written beside it (.md). "
+                         f"Default: {DEFAULT_OUT} (the folder is created)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1 << 20, 1 << 24], metavar="N",
+                    help="input sizes in float32 values (default 1048576 16777216); the "
+                         "side-by-side uses the largest")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], metavar="T",
+                    help="kernel thread counts to time every compressor with (default 1 2)")
+    ap.add_argument("--repeats", type=int, default=5, metavar="R",
+                    help="timed calls per measurement, the median kept (default 5; at most "
+                         "half above 4M values, at least 3)")
+    ap.add_argument("--specs", nargs="+", default=SPECS, metavar="SPEC",
+                    help="compressor specs to time (default: one of each compressor, e.g. "
+                         "uniform:bits=8 topk:ratio=0.01)")
+
+
+def check(args: argparse.Namespace) -> tuple[Path, Path]:
+    """(JSON path, Markdown path) of the run; arguments that cannot work are refused here,
+    before anything is timed (:class:`~compcoll_bench.cli.UsageError`). The default output
+    folder is created."""
     if min(args.sizes) < 1 or min(args.threads) < 1 or args.repeats < 1:
-        ap.error("--sizes, --threads and --repeats take integers >= 1")
+        raise UsageError("--sizes, --threads and --repeats take integers >= 1")
     for spec in args.specs:
         try:
             compressors.get(spec)
-        except ValueError as exc:
-            ap.error(f"--specs {spec}: {exc}")
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"--specs {spec}: {exc}") from None
+    out = Path(args.out) if args.out else DEFAULT_OUT
+    if not args.out:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot create {out.parent} for the results ({exc}); give "
+                             "--out PATH") from None
+    md = out.with_suffix(".md")
+    for path in (out, md):
+        output_path(str(path), "--out")
+    return out, md
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("bench/results/compressors.json"))
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1 << 20, 1 << 24])
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--specs", nargs="+", default=SPECS)
-    args = ap.parse_args(argv)
-    _check(ap, args)
+def describe(s: dict[str, Any]) -> str:
+    """One line of the side-by-side: top-k against torch.topk, and the copy it is timed with."""
+    return (f"side by side, {s['numel']} values, {s['threads']} thread(s): torch.topk "
+            f"{s['torch_topk_ms']:.2f} ms; exact top-k {s['exact_topk_ms']:.2f} ms "
+            f"({s['exact_speedup']:.1f}x, same set: {s['exact_same_indices']}); sampled "
+            f"{s['sampled_topk_ms']:.2f} ms ({s['sampled_speedup']:.1f}x, recall "
+            f"{s['sampled_recall']:.3f}); copy {s['copy_ms']:.2f} ms")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Time every compressor (see the module doc) and write the JSON and Markdown results."""
+    out, md = check(args)
     result: dict[str, Any] = {
         "machine": f"{platform.processor() or platform.machine()}, "
                    f"python {sys.version.split()[0]}, openmp={kernels.OPENMP}",
@@ -226,13 +270,23 @@ def main(argv: list[str] | None = None) -> int:
     for th in args.threads:
         s = side_by_side(big, th, args.repeats)
         result["side_by_side"].append(s)
-        print(json.dumps(s), flush=True)
+        print(describe(s), flush=True)
     kernels.set_num_threads(1)
     result["skipped"] = sorted(set(result["skipped"]))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(result))
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    md.write_text(markdown(result))
+    print(f"wrote {out} and {md.name} beside it")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(ap)
+    args = ap.parse_args(argv)
+    try:
+        return run(args)
+    except UsageError as exc:
+        ap.error(str(exc))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ rank has a full-duplex port of the given rate, like a host on a switch. With a d
 ``netem`` qdisc sits above each ``tbf`` and adds half the delay per hop (one way = the delay).
 
 The functions building command lists are pure (unit-testable without root);
-``bench.commands.emulate.Cluster`` runs them and always tears down.
+``compcoll_bench.commands.emulate.Cluster`` runs them and always tears down.
 """
 
 from __future__ import annotations

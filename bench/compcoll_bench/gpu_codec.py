@@ -7,10 +7,11 @@
   ``torch.topk`` on the same data, with the index sets compared;
 * the same codecs' results against the C++ kernels on a slice (bit for bit).
 
-Writes ``bench/results/gpu_codec.{txt,json}`` with the command line inside. Needs CuPy, torch
-with CUDA and a GPU; without them it says so and exits with status 2.
+Writes ``compcoll-results/gpu_codec.{txt,json}`` (``--out`` names another path without its
+suffix; the committed summary: ``--out bench/results/gpu_codec``) with the command line inside.
+Needs CuPy, torch with CUDA and a GPU; without them it says so and exits with status 2.
 
-Run: ``python bench/gpu_codec.py [--mb 256] [--topk-n 67108864] [--repeats 20]``
+Run: ``python -m compcoll_bench.gpu_codec [--mb 256] [--topk-n 67108864] [--repeats 20]``
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-OUT = Path(__file__).resolve().parent / "results"
+OUT = Path("compcoll-results")  # under the current directory, created
 
 
 def median_ms(fn: Callable[[], Any], sync: Callable[[], None], repeats: int) -> float:

@@ -10,7 +10,7 @@ lands within the target of the measurements? It finds the parameters that minimi
 and without the tree, and prints that best possible error. If even that misses the target,
 the formulas, not the probes, are what this machine defeats.
 
-    python bench/model_check.py -np 4 --run --out bench/results/model_fitted_np4.txt
+    python -m compcoll_bench.model_check -np 4 --run --out bench/results/model_fitted_np4.txt
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ ALGOS = "ring,tree,recursive_doubling,rabenseifner,auto"
 
 
 def compcoll(*args: str) -> str:
-    cmd = [sys.executable, "-m", "bench", *args]
+    cmd = [sys.executable, "-m", "compcoll_bench", *args]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True)
     return done.stdout
 

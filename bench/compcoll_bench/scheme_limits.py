@@ -5,16 +5,19 @@ kernel) and codec rates measured here, prices every compressor's cheapest scheme
 plain allreduce over a grid of message sizes and node counts, and writes the break-even size
 per node count and the node count where each compressor stops paying at 64 MB.
 
-    python bench/scheme_limits.py --out bench/results/scheme_limits.md
+    python -m compcoll_bench.scheme_limits --out bench/results/scheme_limits.md
+
+(without ``--out`` it writes ``compcoll-results/scheme_limits.md``).
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from bench import forecast
 from collectives import costmodel
 from collectives.costmodel import CostParams
+from compcoll_bench import forecast
 
 SPECS = ["fp16", "uniform:bits=8", "uniform:bits=4", "sign", "topk:ratio=0.01",
          "randomk:ratio=0.01", "powersgd:rank=4"]
@@ -24,7 +27,8 @@ SIZES = [1 << s for s in range(10, 31)]  # 1 KiB .. 1 GiB
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="bench/results/scheme_limits.md")
+    ap.add_argument("--out", default="compcoll-results/scheme_limits.md",
+                    help="Markdown result file (default compcoll-results/scheme_limits.md)")
     ap.add_argument("--alpha", type=float, default=50e-6)
     ap.add_argument("--beta", type=float, default=8e-9)
     args = ap.parse_args(argv)
@@ -61,9 +65,10 @@ def main(argv: list[str] | None = None) -> int:
             cells.append(f"{plain / row['time_s']:.2f}" if row["time_s"] else "-")
         lines.append(f"| `{spec}` | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
-    with open(args.out, "w") as f:
-        f.write(text)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text)
     print(text)
+    print(f"wrote {args.out}")
     return 0
 
 

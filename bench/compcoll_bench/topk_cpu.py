@@ -8,7 +8,7 @@ runs as the code ran before the fused kernels ("old": numpy passes around ``TopK
 the merged set built, then ``fill(0)`` and a fancy-index write) and as the library runs it
 now ("new"), interleaved within every repeat; medians.
 
-Run: ``python bench/topk_cpu.py [-n 16777216] [--ratio 0.01] [-p 4] [--repeats 7]``
+Run: ``python -m compcoll_bench.topk_cpu [-n 16777216] [--ratio 0.01] [-p 4] [--repeats 7]``
 (kernels on one thread, as one MPI rank per core runs them).
 """
 

@@ -6,8 +6,8 @@ Run: mpiexec -n P python tests/mpi/bench_table.py
 from __future__ import annotations
 
 import collectives
-from bench.commands import bench_data as data
-from bench.commands.collective_table import COLLECTIVES
+from compcoll_bench.commands import bench_data as data
+from compcoll_bench.commands.collective_table import COLLECTIVES
 from compressors import dtypes
 
 from common import WORLD, Checker

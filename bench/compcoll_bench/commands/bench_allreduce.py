@@ -37,7 +37,7 @@ from . import emulate as emulated
 from .bench_case import BASELINE
 from .bench_compressor import NONE, check_specs, combos, split_specs
 from .bench_sweep import places, sweep
-from .benchlib import parse_size, size_sweep
+from .benchlib import comment, parse_size, size_sweep
 from .launch import LAUNCHER_VARS, add_np_argument, relaunch, without_np
 
 DEFAULT_ALGOS = [*(a.name for a in REGISTRY.values() if a.ours), "auto", "mpi"]
@@ -48,7 +48,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="smallest message (bytes; K/M/G suffixes), default 1K")
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("64M"),
                    help="largest message, default 64M")
-    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size factor, default 2")
+    p.add_argument("-f", "--stepfactor", type=int, default=2,
+                   help="each size is the one before times this factor (>= 2), default 2")
     p.add_argument("-n", "--iters", type=checks.positive_int, default=20,
                    help="timed calls per row (20)")
     p.add_argument("-w", "--warmup", type=checks.count_int, default=5,
@@ -68,19 +69,25 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="compressed allreduce scheme (default auto: the library picks)")
     p.add_argument("--no-feedback", action="store_true",
                    help="compress without error feedback")
-    p.add_argument("--dtype", default="float32", choices=dtypes.SUPPORTED)
-    p.add_argument("--op", default="sum", choices=ops.SUPPORTED_OPS)
+    p.add_argument("--dtype", default="float32", choices=dtypes.SUPPORTED,
+                   help="element type (default float32)")
+    p.add_argument("--op", default="sum", choices=ops.SUPPORTED_OPS,
+                   help="reduction (default sum)")
     place = p.add_mutually_exclusive_group()
     place.add_argument("--inplace", dest="inplace", action="store_true", default=None,
                        help="time only in place (out=buf: the result overwrites the input); "
                             "default: out of place and in place, side by side")
     place.add_argument("--outofplace", dest="inplace", action="store_false",
                        help="time only out of place (the result goes to a separate buffer)")
-    p.add_argument("--json", metavar="PATH", help="write metadata and rows as JSON")
-    p.add_argument("--txt", metavar="PATH",
+    p.add_argument("--json", metavar="PATH", type=checks.output_file,
+                   help="write metadata and rows (every column, p90/p99, the time split of "
+                        "compressed rows) as JSON")
+    p.add_argument("--txt", metavar="PATH", type=checks.output_file,
                    help="write the printed table, headed by the command line, as text")
-    p.add_argument("--csv", metavar="PATH", help="write the rows as CSV")
-    p.add_argument("--plot", metavar="PATH", help="plot busbw against size (matplotlib)")
+    p.add_argument("--csv", metavar="PATH", type=checks.output_file,
+                   help="write the rows as CSV")
+    p.add_argument("--plot", metavar="PATH", type=checks.output_file,
+                   help="plot busbw against size (matplotlib), e.g. busbw.png")
     add_np_argument(p)
     emulated.add_link_arguments(p)
 
@@ -124,8 +131,6 @@ def _check(args: argparse.Namespace, dtype: dtypes.DType) -> tuple[str, list[int
         checks.compressor(spec)
     check_specs(specs, dtype, op, args.scheme)
     _check_engine(_algorithms(args.algo), "mpi")  # the command runs on MPI_COMM_WORLD
-    for option in ("--json", "--csv", "--plot", "--txt"):
-        checks.output_path(getattr(args, option[2:]), option)
     if (args.delay or args.burst or args.mtu != 1500) and not args.link:
         raise UsageError("--delay, --burst and --mtu shape an emulated link; add --link RATE")
     return op, sizes, specs
@@ -156,8 +161,7 @@ def _progress(total: int, rank: int) -> Any:
     return tqdm(total=total, file=sys.stderr, leave=False, unit="row")
 
 
-@command("bench allreduce", help="time and check allreduce algorithms over a size sweep",
-         arguments=_arguments)
+@command("bench allreduce", arguments=_arguments)
 def run(args: argparse.Namespace) -> int:
     dtype = dtypes.lookup(args.dtype)
     op, sizes, specs = _check(args, dtype)
@@ -188,24 +192,35 @@ def run(args: argparse.Namespace) -> int:
         printed.append(line)
         (bar.write if bar is not None else print)(line)
     real = [s for s in specs if s != NONE]
-    lay = report.layout(places(args.inplace), max(map(len, specs)) if real else 0)
+    candidates = tuple(a.name for a in modeled())  # what auto chooses among
+    lay = report.layout(places(args.inplace), algo=report.algo_width(names, candidates),
+                        max_size=sizes[-1], itemsize=dtype.itemsize, compressors=real)
     if rank0:
         out(f"# compcoll bench allreduce: {comm.size} ranks, {dtype.name} {op}, "
             f"{args.iters} iters, {args.warmup} warm-up, check {args.check}")
-        out(f"# cost model fitted on this communicator: alpha {cost.alpha * 1e6:.2f} us, "
-            f"beta {cost.beta * 1e9:.4f} ns/B ({1 / cost.beta / 1e9 if cost.beta else 0:.2f} "
-            f"GB/s), gamma {cost.gamma * 1e9:.4f} ns/B; model(us) is its prediction")
-        out(report.LEGEND)
+        for line in comment(f"cost model fitted on this communicator: alpha "
+                            f"{cost.alpha * 1e6:.2f} us, beta {cost.beta * 1e9:.4f} ns/B "
+                            f"({1 / cost.beta / 1e9 if cost.beta else 0:.2f} GB/s), gamma "
+                            f"{cost.gamma * 1e9:.4f} ns/B; model: its prediction of time(us)"):
+            out(line)
+        for line in comment(report.LEGEND):
+            out(line)
         out(f"# auto: the measured crossover table (compcoll tune) from "
             f"{crossovers.sizes[0]} B, the cost model below" if crossovers is not None else
             "# auto: the cost model (no crossover table for this machine; compcoll tune "
             "measures one)")
         if real:
-            out(f"# compressed rows: Gaussian inputs, {'no ' if args.no_feedback else ''}error "
-                f"feedback, scheme {args.scheme}; algbw/effbusbw count the uncompressed bytes; "
-                f"#wrong = elements differing from rank 0's or not finite")
+            for line in comment(f"compressed rows: Gaussian inputs, "
+                                f"{'no ' if args.no_feedback else ''}error feedback, scheme "
+                                f"{args.scheme}; effbusbw counts the uncompressed bytes; "
+                                f"#wrong = elements differing from rank 0's or not finite; "
+                                f"--json adds each row's compress, communicate and decompress "
+                                f"times and bytes sent"):
+                out(line)
         if skipped:
-            out(f"# skipped (baselines run uncompressed only): {', '.join(skipped)}")
+            for line in comment(f"skipped (baselines run uncompressed only): "
+                                f"{', '.join(skipped)}"):
+                out(line)
         for line in report.header(lay):
             out(line)
     saved, defaults.validate = defaults.validate, False  # no per-call metadata allgather
@@ -218,9 +233,11 @@ def run(args: argparse.Namespace) -> int:
             bar.close()
     bad = [r for r in rows if r["wrong"] or not r["ranks_agree"]]
     if rank0:
-        candidates = tuple(a.name for a in modeled())  # what auto chooses among
         auto_regret = report.regret(rows, candidates)
-        for line in [*report.footer(rows), *report.regret_lines(auto_regret)]:
+        notes = comment(report.ERROR_NOTE) if real else []
+        regret = [wrapped for line in report.regret_lines(auto_regret)
+                  for wrapped in comment(line.removeprefix("# "))]
+        for line in [*report.footer(rows), *regret, *notes]:
             out(line)
         for r in bad:
             what = r["algo"] if r["compressor"] == NONE else f"{r['algo']} with {r['compressor']}"

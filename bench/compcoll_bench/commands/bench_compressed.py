@@ -18,9 +18,10 @@ import numpy as np
 from collectives import pricing
 
 from ..cli import UsageError, command
+from . import bench_report as report
 from . import checks
 from . import emulate as emulated
-from .benchlib import bus_bandwidth, parse_size, time_calls
+from .benchlib import bus_bandwidth, comment, parse_size, time_calls
 from .launch import relaunch
 
 DEFAULT = ["uniform:bits=8", "uniform:bits=4", "topk:ratio=0.01",
@@ -34,11 +35,14 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help=f"compressor spec, repeatable (default: {' '.join(DEFAULT)})")
     p.add_argument("--scheme", default="auto", help="scheme for every compressor (default auto)")
     p.add_argument("--no-feedback", action="store_true", help="compress without error feedback")
-    p.add_argument("-n", "--iters", type=checks.positive_int, default=5)
-    p.add_argument("-w", "--warmup", type=checks.count_int, default=2)
+    p.add_argument("-n", "--iters", type=checks.positive_int, default=5,
+                   help="timed calls per row (5)")
+    p.add_argument("-w", "--warmup", type=checks.count_int, default=2,
+                   help="untimed calls first (2)")
     p.add_argument("-np", type=checks.positive_int, dest="np",
                    help="launch N ranks with mpiexec")
-    p.add_argument("--json", metavar="PATH")
+    p.add_argument("--json", metavar="PATH", type=checks.output_file,
+                   help="write the rows and the command as JSON")
     emulated.add_link_arguments(p)
 
 
@@ -57,7 +61,6 @@ def _check(args: argparse.Namespace, specs: list[str]) -> None:
             check_scheme(args.scheme, compressors.get(spec))
         except ValueError as exc:
             raise UsageError(f"--compressor {spec}: {exc}") from None
-    checks.output_path(args.json, "--json")
     if (args.delay or args.burst or args.mtu != 1500) and not args.link:
         raise UsageError("--delay, --burst and --mtu shape an emulated link; add --link RATE")
 
@@ -69,18 +72,29 @@ def _row(name: str, scheme: str, t: float, nbytes: int, p: int, t_mpi: float, **
             "vs_mpi": t_mpi / t, **extra}
 
 
-def _print(row: dict[str, Any]) -> None:
-    split = ""
-    if "compress_s" in row:
-        split = (f" {row['compress_s'] * 1e3:8.1f} {row['comm_s'] * 1e3:8.1f} "
-                 f"{row['decompress_s'] * 1e3:8.1f} {row['bytes_sent'] / 2**20:8.2f} "
-                 f"{row['bytes_predicted'] / 2**20:8.2f} {row['rel_error']:9.2e}")
-    print(f"{row['name']:36s} {row['scheme']:25s} {row['time_s'] * 1e3:9.1f} "
-          f"{row['eff_busbw_GBps']:8.3f} {row['vs_mpi']:7.2f}{split}", flush=True)
+def _tables(rows: list[dict[str, Any]]) -> list[str]:
+    """The rows as two tables within ``benchlib.WIDTH`` columns: time and bandwidth of every
+    run, then the compressed runs' time split and bytes (MiB each rank sent, and the model's
+    prediction of them)."""
+    name = max(len("run"), *(len(r["name"]) for r in rows))
+    scheme = max(len("scheme"), *(len(r["scheme"]) for r in rows))
+    lines = [f"# {'run':<{name - 2}} {'scheme':<{scheme}} {'time(ms)':>9} {'effbusbw':>8} "
+             f"{'vs MPI':>6} {'rel.err':>8}"]
+    for r in rows:
+        err = f"{r['rel_error']:.2e}" if "rel_error" in r else "-"
+        lines.append(f"{r['name']:<{name}} {r['scheme']:<{scheme}} {r['time_s'] * 1e3:9.1f} "
+                     f"{r['eff_busbw_GBps']:8.3f} {r['vs_mpi']:6.2f} {err:>8}")
+    split = [r for r in rows if "compress_s" in r]
+    if split:
+        lines += ["", f"# {'run':<{name - 2}} {'comp(ms)':>8} {'comm(ms)':>8} {'deco(ms)':>8} "
+                  f"{'sent MiB':>8} {'model MiB':>9}"]
+        lines += [f"{r['name']:<{name}} {r['compress_s'] * 1e3:8.1f} {r['comm_s'] * 1e3:8.1f} "
+                  f"{r['decompress_s'] * 1e3:8.1f} {r['bytes_sent'] / 2**20:8.2f} "
+                  f"{r['bytes_predicted'] / 2**20:9.2f}" for r in split]
+    return lines
 
 
-@command("bench compressed", arguments=_arguments,
-         help="compressed allreduce vs MPI_Allreduce: effective bandwidth, time split, bytes")
+@command("bench compressed", arguments=_arguments)
 def run(args: argparse.Namespace) -> int:
     specs = args.compressor or DEFAULT
     _check(args, specs)
@@ -109,9 +123,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"# compcoll bench compressed: {p} ranks, {args.size} B float32, "
               f"{'no ' if args.no_feedback else ''}error feedback, {args.iters} iters"
               + (f", {args.link} links" if args.link else ""))
-        print(f"# {'run':34s} {'scheme':25s} {'time(ms)':>9s} {'effbusbw':>8s} {'vs MPI':>7s}"
-              f" {'comp(ms)':>8s} {'comm(ms)':>8s} {'deco(ms)':>8s} {'sent MiB':>8s}"
-              f" {'model':>8s} {'rel.err':>9s}")
     t_mpi = time_calls(world, lambda: world.Allreduce(x, out), args.iters, args.warmup).median
     rows.append(_row("MPI_Allreduce", "-", t_mpi, args.size, p, t_mpi))
     for algo in ("ring", "rabenseifner"):
@@ -145,8 +156,9 @@ def run(args: argparse.Namespace) -> int:
                                                         int(per_elem * n), cost, cs, ds,
                                                         int(kept * n))))
     if comm.rank == 0:
-        for row in rows:
-            _print(row)
+        print("\n".join(_tables(rows)), flush=True)
+        if any("rel_error" in r for r in rows):
+            print("\n".join(comment(report.ERROR_NOTE)))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"command": ["compcoll", *args.argv], "ranks": p, "bytes": args.size,

@@ -25,6 +25,7 @@ from typing import Any
 from collectives.algorithms import modeled
 
 from ..cli import UsageError, command
+from . import checks
 from .bench_report import REGRET_FROM
 
 #: The regret ``auto`` should stay within from ``REGRET_FROM`` bytes up (shared memory).
@@ -39,8 +40,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                         "judged (to judge two rules against the same medians)")
     p.add_argument("--from-bytes", type=int, default=REGRET_FROM,
                    help=f"smallest size judged (default {REGRET_FROM})")
-    p.add_argument("--md", help="write the table as Markdown here")
-    p.add_argument("--json", help="write the cells and the summary as JSON here")
+    p.add_argument("--md", metavar="PATH", type=checks.output_file,
+                   help="write the table as Markdown here")
+    p.add_argument("--json", metavar="PATH", type=checks.output_file,
+                   help="write the cells and the summary as JSON here")
 
 
 def cells(runs: list[dict[str, Any]], from_bytes: int = REGRET_FROM,
@@ -141,9 +144,7 @@ def _read(paths: list[str]) -> list[dict[str, Any]]:
     return runs
 
 
-@command("bench regret", arguments=_arguments,
-         help="auto's regret (its pick's time over the best algorithm's) over repeated "
-              "bench allreduce runs")
+@command("bench regret", arguments=_arguments)
 def run(args: argparse.Namespace) -> int:
     runs, reference = _read(args.files), _read(args.reference)
     table = cells(runs, args.from_bytes, reference)

@@ -11,39 +11,45 @@ Column = tuple[str, str, int, str]  # (row key, header, width, format)
 
 # The JSON and CSV rows carry every key of a row, one row per placement (out of place, in
 # place). The table puts both placements of a (size, algorithm, compressor) on one line, as
-# nccl-tests does: the lead columns, then time, algbw, busbw and #wrong of each placement, then
-# the tail (the first placement's). Times are medians per call (``time_us``); p90 and p99 of
-# the slower calls are in the JSON.
-LEAD: list[Column] = [
-    ("size", "size(B)", 11, "{:d}"),
-    ("count", "count", 10, "{:d}"),
-    ("type", "type", 8, "{}"),
-    ("op", "redop", 5, "{}"),
-    ("algo", "algo", 24, "{}"),
-]
+# nccl-tests does: the lead columns, then time, bandwidths and #wrong of each placement, then
+# the tail (the first placement's). It stays within ``benchlib.WIDTH`` columns: what is the
+# same on every line (the type, named in the title) and what the JSON holds in full (p90 and
+# p99 of the calls; a compressed row's compress, communicate and decompress times, its bytes
+# sent) is left out of it. Times are medians per call (``time_us``).
 HALF: list[Column] = [
-    ("time_us", "time(us)", 10, "{:.1f}"),
-    ("algbw_GBps", "algbw", 7, "{:.3f}"),
-    ("busbw_GBps", "busbw", 7, "{:.3f}"),
+    ("time_us", "time(us)", 8, "{:.1f}"),
+    ("algbw_GBps", "algbw", 6, "bw"),
+    ("busbw_GBps", "busbw", 6, "bw"),
     ("wrong", "#wrong", 6, "{:d}"),
 ]
 TAIL: list[Column] = [
-    ("ratio_vs_mpi", "vs MPI", 7, "{:.2f}"),
-    ("model_us", "model(us)", 10, "{:.1f}"),
+    ("ratio_vs_mpi", "vs MPI", 6, "{:.2f}"),
+    ("model_us", "model", 8, "{:.1f}"),  # the cost model's time (us)
 ]
-# Added when compressors run. Their algbw and busbw count the uncompressed bytes (effective
-# bandwidth, comparable with MPI_Allreduce's); comm(us) is the time less compress and
-# decompress.
-COMPRESSED: list[Column] = [
-    ("compress_us", "comp(us)", 10, "{:.1f}"),
-    ("comm_us", "comm(us)", 10, "{:.1f}"),
-    ("decompress_us", "decomp(us)", 10, "{:.1f}"),
-    ("rel_error", "rel.err", 9, "{:.2e}"),
+# With compressors: busbw is the effective busbw (of the uncompressed bytes, comparable with
+# MPI_Allreduce's; algbw is the same number over the constant 2(p-1)/p), and the tail shows
+# the relative error instead of the model's time (the cost model prices uncompressed rows).
+HALF_COMPRESSED: list[Column] = [
+    ("time_us", "time(us)", 8, "{:.1f}"),
+    ("busbw_GBps", "effbusbw", 8, "bw"),
+    ("wrong", "#wrong", 6, "{:d}"),
+]
+TAIL_COMPRESSED: list[Column] = [
+    ("ratio_vs_mpi", "vs MPI", 6, "{:.2f}"),
+    ("rel_error", "rel.err", 8, "{:.2e}"),
 ]
 #: What the two MPI rows are (printed above the table).
-LEGEND = ("# MPI_Allreduce: the MPI library's blocking MPI_Allreduce called directly (the "
-          "baseline of 'vs MPI'); mpi: the same library's MPI_Iallreduce reached through "
-          "compcoll's API (the difference is compcoll's per-call cost)")
+LEGEND = ("MPI_Allreduce: the MPI library's blocking MPI_Allreduce called directly (the "
+          "baseline of 'vs MPI', its time over the row's); mpi: the same library's "
+          "MPI_Iallreduce reached through compcoll's API (the difference is compcoll's per-call "
+          "cost); algbw, busbw in GB/s (1e9 B/s)")
+#: What a compressed row's error means (printed under the table when compressors ran).
+ERROR_NOTE = ("rel.err: ||result - exact sum|| / ||exact sum|| of one call, the last of "
+              "several on the same input. Without error feedback (--no-feedback) it is "
+              "the compressor's error. With error feedback a call also sends the residual the "
+              "calls before it left out, so one call's error can exceed 1 (a sparsifier's); "
+              "the residual is carried to the next step, not lost, so what matters in "
+              "training is the error accumulated over steps, not one call's")
 
 
 @dataclass(frozen=True)
@@ -56,14 +62,26 @@ class Layout:
     places: list[bool]  # inplace flag of each half, in order
 
 
-def layout(places: list[bool], compressor_width: int = 0) -> Layout:
-    """The columns for these placements; with a compressor column this wide, also the
-    compressed rows' time split and error, and busbw named as the effective busbw."""
-    if not compressor_width:
-        return Layout(LEAD, HALF, TAIL, places)
-    half = [c if c[0] != "busbw_GBps" else (c[0], "effbusbw", 8, c[3]) for c in HALF]
-    lead = [*LEAD, ("compressor", "compressor", max(compressor_width, 10), "{}")]
-    return Layout(lead, half, [*TAIL, *COMPRESSED], places)
+def algo_width(names: list[str], modeled: tuple[str, ...]) -> int:
+    """The widest algorithm cell: a name, or ``auto:<its pick>`` for auto's rows."""
+    shown = [*names, *(f"auto:{m}" for m in modeled if "auto" in names)]
+    return max(len("algo"), *map(len, shown))
+
+
+def layout(places: list[bool], *, algo: int, max_size: int, itemsize: int,
+           compressors: list[str] | None = None) -> Layout:
+    """The columns for these placements, sized to the run: ``algo`` wide algorithm names
+    (:func:`algo_width`), sizes up to ``max_size`` bytes of ``itemsize``-byte elements; with
+    ``compressors`` (the specs other than none), a compressor column, the effective busbw and
+    the relative error."""
+    lead: list[Column] = [("size", "size(B)", max(8, len(str(max_size))), "{:d}")]
+    if not compressors:
+        lead.append(("count", "count", max(5, len(str(max_size // itemsize))), "{:d}"))
+    lead += [("op", "redop", 5, "{}"), ("algo", "algo", algo, "{}")]
+    if not compressors:
+        return Layout(lead, HALF, TAIL, places)
+    lead.append(("compressor", "compressor", max(10, *map(len, compressors)), "{}"))
+    return Layout(lead, HALF_COMPRESSED, TAIL_COMPRESSED, places)
 
 
 def _cells(cols: list[Column]) -> str:
@@ -80,11 +98,17 @@ def header(lay: Layout) -> list[str]:
     return [first, f"#{names[1:]}"]
 
 
+def _bandwidth(value: float) -> str:
+    """GB/s in at most 6 characters, 4 significant digits up to 9999.9."""
+    return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
+
+
 def _value(row: dict[str, Any], key: str, fmt: str, width: int) -> str:
     value = row.get(key)
     if key == "algo" and row.get("auto_choice"):
         value = f"auto:{row['auto_choice']}"
-    return f"{'-' if value is None else fmt.format(value):>{width}}"
+    text = "-" if value is None else _bandwidth(value) if fmt == "bw" else fmt.format(value)
+    return f"{text:>{width}}"
 
 
 def format_line(rows: list[dict[str, Any]], lay: Layout) -> str:

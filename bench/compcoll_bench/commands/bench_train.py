@@ -83,8 +83,7 @@ def _one(name: str, t: Any, args: argparse.Namespace, mpi: Any) -> dict[str, Any
     return row
 
 
-@command("bench train", help="train small models with PyTorch's DDP hooks and ours",
-         arguments=_arguments)
+@command("bench train", arguments=_arguments)
 def run(args: argparse.Namespace) -> int:
     models, runs = common.check(args, MODELS, list(RUNS))
     code = common.launch(args)

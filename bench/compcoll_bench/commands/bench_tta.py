@@ -13,9 +13,10 @@ Reported per run: time and step at which the target was first reached (or "not r
 its ratio to the fp16 hook's, final and best smoothed quality, the payload each rank
 contributes per step, mean step (all steps: first steps and any re-planning included),
 median step (after warm-up), the worst stretch of 5 steps after the first against that
-median, time of the first 10 steps, the curves of quality against time (raw and smoothed),
-and a second table, the step split: forward, backward, optimizer, time in our hook, and the
-wait that synchronising gradients adds to backward (``tta_steps`` defines each). The run
+median, time of the first 10 steps (in the JSON), the curves of quality against time (raw
+and smoothed), and a second table, the step split: forward, backward, optimizer, time in our
+hook, and the wait that synchronising gradients adds to backward (``tta_steps`` defines each).
+The run
 ``compute`` trains the same ranks under ``no_sync`` (no gradient communication): its step is
 the floor no scheme can beat; it has no quality and no target.
 """
@@ -33,6 +34,7 @@ from . import checks, tta_repeat
 from . import train_common as common
 from . import tta_report as report
 from . import tta_steps as steps
+from .benchlib import comment
 from .train_models import MODELS, task
 from .train_runs import ONE_BUCKET, RUNS, payload_bytes
 from .tta_target import Target, best, first_reached, reference_target, smooth
@@ -149,8 +151,7 @@ def _score(row: dict[str, Any], goal: Target | None) -> None:
     row["target_step"], row["target_s"] = (hit[0], hit[1]) if hit else (None, None)
 
 
-@command("bench tta", help="time to accuracy: train until DDP's quality with PyTorch's DDP "
-         "hooks and ours", arguments=_arguments)
+@command("bench tta", arguments=_arguments)
 def run(args: argparse.Namespace) -> int:
     models, runs = _check(args)
     code = common.launch(args)
@@ -188,10 +189,11 @@ def run(args: argparse.Namespace) -> int:
              *(f"# auto policy decisions, {r['model']}:\n{r['decisions']}"
                for r in rows if "decisions" in r),
              *(tta_repeat.describe(r) for r in repeats)]
-    _say(mpi, "\n".join(["# all runs (vs fp16, vs hooks: the fp16 hook's, the soonest "
-                         "PyTorch hook's time to target over the run's; final, best: of "
-                         f"the curve smoothed over {args.smooth} evaluation(s); worst5/med: "
-                         "the slowest 5 steps in a row after the first over the median)",
+    _say(mpi, "\n".join([*comment("all runs (vs fp16, vs hooks: the fp16 hook's, the "
+                                   "soonest PyTorch hook's time to target over the run's; "
+                                   "final, best: of the curve smoothed over "
+                                   f"{args.smooth} evaluation(s); worst5/med: the slowest 5 "
+                                   "steps in a row after the first over the median)"),
                          *table]))
     if mpi.rank == 0:
         _write(args, mpi, rows, [title, *table], targets, repeats)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,16 @@ def parse_size(text: str) -> int:
     if m is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a byte size; use e.g. 1024, 1K, 64M")
     return int(m.group(1)) * _UNITS[m.group(2).upper()]
+
+
+#: The widest line the commands print (their tables and comments).
+WIDTH = 120
+
+
+def comment(text: str, width: int = WIDTH) -> list[str]:
+    """``text`` as ``# `` comment lines of at most ``width`` columns (broken between words)."""
+    return textwrap.wrap(text, width, initial_indent="# ", subsequent_indent="#   ",
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def size_sweep(lo: int, hi: int, factor: int) -> list[int]:

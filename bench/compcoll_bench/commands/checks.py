@@ -2,7 +2,7 @@
 
 Each check runs before any rank starts or any time is measured, and says what would work.
 The ``type=`` functions raise ``argparse.ArgumentTypeError`` (argparse prints them as usage
-errors); the others raise :class:`bench.cli.UsageError`.
+errors); the others raise :class:`compcoll_bench.cli.UsageError`.
 """
 
 from __future__ import annotations
@@ -35,22 +35,57 @@ positive_float = _number(float, 0.0, True, "a number > 0")
 nonneg_float = _number(float, 0.0, False, "a number >= 0")
 
 
-def output_path(path: str | None, option: str, stdout: bool = False) -> None:
-    """Refuse an output path that could not be written at the end of the run: its directory
-    must exist and be writable, and the path must not be a directory (``-`` is standard
-    output where ``stdout``)."""
-    if path is None or (stdout and path == "-"):
-        return
+def _unwritable(path: str) -> str | None:
+    """Why ``path`` could not be written at the end of a run (None: it could): its directory
+    must exist and be writable, and the path must not be a directory."""
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
-        raise UsageError(f"{option} {path}: is a directory; give a file name in it")
+        return f"{path}: is a directory; give a file name in it"
     if not folder.is_dir():
-        raise UsageError(f"{option} {path}: directory {folder} does not exist; create it "
-                         "first or write elsewhere")
+        return f"{path}: directory {folder} does not exist; create it first or write elsewhere"
     if not os.access(folder, os.W_OK | os.X_OK) or (target.exists()
                                                      and not os.access(target, os.W_OK)):
-        raise UsageError(f"{option} {path}: not writable here; choose a path you can write")
+        return f"{path}: not writable here; choose a path you can write"
+    return None
+
+
+def unwritable_folder(folder: Path) -> str | None:
+    """Why files could not be written into ``folder``, created with its missing parents
+    (None: they could)."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{folder} cannot be created: {existing} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{folder} cannot be {'written' if existing == folder else 'created'} here"
+    return None
+
+
+def output_path(path: str | None, option: str, stdout: bool = False) -> None:
+    """Refuse an output path that could not be written at the end of the run (see
+    :func:`output_file`; ``-`` is standard output where ``stdout``)."""
+    if path is None or (stdout and path == "-"):
+        return
+    problem = _unwritable(path)
+    if problem:
+        raise UsageError(f"{option} {problem}")
+
+
+def output_file(text: str) -> str:
+    """An argparse ``type=`` for an output file: refused while the arguments are parsed,
+    before anything runs, when its directory is missing or not writable or it is a
+    directory."""
+    problem = _unwritable(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def output_file_or_stdout(text: str) -> str:
+    """:func:`output_file`, or ``-`` for standard output."""
+    return text if text == "-" else output_file(text)
 
 
 def names(text: str, option: str, known: Iterable[str]) -> list[str]:

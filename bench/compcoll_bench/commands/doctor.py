@@ -112,8 +112,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
                      "The exit code is non-zero when something needed is MISSING.")
 
 
-@command("doctor", help="report the MPI, extension and optional libraries compcoll found",
-         arguments=_arguments)
+@command("doctor", arguments=_arguments)
 def run(args: argparse.Namespace) -> int:
     needed_missing = False
     for name, probe in CHECKS.items():

@@ -111,14 +111,14 @@ def inside() -> bool:
 
 
 def run_on_cluster(topo: emulate.Topology, argv: list[str], stats: bool = True) -> int:
-    """Run ``python -m bench argv`` with one rank per namespace of ``topo``."""
+    """Run ``python -m compcoll_bench argv`` with one rank per namespace of ``topo``."""
     mpiexec = find_mpiexec()
     if mpiexec is None:
         raise SystemExit("compcoll: --link needs MPICH's mpiexec (Hydra); pip install mpich")
     try:
         with Cluster(topo) as cluster:
             cmd = emulate.mpmd_command(mpiexec, topo,
-                                       [sys.executable, "-m", "bench", *without_np(argv)])
+                                       [sys.executable, "-m", "compcoll_bench", *without_np(argv)])
             proc = subprocess.Popen(cmd)
             try:
                 code = proc.wait()
@@ -156,8 +156,7 @@ def _cleanup_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="list what would be removed")
 
 
-@command("emulate cleanup", help="remove namespaces left by killed --link runs (cc<pid>-*)",
-         arguments=_cleanup_arguments)
+@command("emulate cleanup", arguments=_cleanup_arguments)
 def cleanup(args: argparse.Namespace) -> int:
     try:
         emulate.check_host()

@@ -46,7 +46,7 @@ def add_np_argument(p: argparse.ArgumentParser) -> None:
 
 
 def relaunch(nprocs: int | None, argv: list[str]) -> int | None:
-    """Run ``python -m bench argv`` on ``nprocs`` ranks and return its exit code.
+    """Run ``python -m compcoll_bench argv`` on ``nprocs`` ranks and return its exit code.
 
     Returns None when this process should run the command itself: no ``-np``, ``-np 1`` in a
     single process, or already one of ``nprocs`` ranks started by a launcher.
@@ -70,7 +70,7 @@ def relaunch(nprocs: int | None, argv: list[str]) -> int | None:
         raise SystemExit("compcoll: -np needs mpiexec, found neither beside "
                          f"{sys.executable} nor on PATH; pip install mpich, or launch with your "
                          "MPI's launcher yourself")
-    proc = subprocess.Popen([mpiexec, "-n", str(nprocs), sys.executable, "-m", "bench",
+    proc = subprocess.Popen([mpiexec, "-n", str(nprocs), sys.executable, "-m", "compcoll_bench",
                              *without_np(argv)])
     try:
         return proc.wait()

@@ -64,7 +64,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare", metavar="BENCH_JSON",
                    help="set each algorithm's prediction beside the times of a 'bench allreduce "
                         "--json' file (its sizes; its rank count must be among the nodes)")
-    p.add_argument("--json", metavar="PATH", help="write the forecast as JSON ('-': stdout)")
+    p.add_argument("--json", metavar="PATH", type=checks.output_file_or_stdout,
+                   help="write the forecast as JSON ('-': stdout)")
     p.add_argument("-np", dest="np", type=checks.positive_int, metavar="N",
                    help="ranks for --fitted")
 
@@ -131,7 +132,6 @@ def check(args: argparse.Namespace) -> None:
             raise UsageError(f"--compare: the bench ran on {bench['ranks']} ranks; forecast "
                              f"them too (--nodes {bench['ranks']}, or --fitted -np "
                              f"{bench['ranks']})")
-    checks.output_path(args.json, "--json", stdout=True)
 
 
 def build(args: argparse.Namespace) -> dict[str, Any]:
@@ -213,8 +213,7 @@ def _sweep(text: str | None) -> list[int]:
     return sizes
 
 
-@command("model", help="forecast allreduce and compressor times on a cluster from the cost "
-         "model", arguments=_arguments)
+@command("model", arguments=_arguments)
 def run(args: argparse.Namespace) -> int:
     check(args)
     if args.fitted:

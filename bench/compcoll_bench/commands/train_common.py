@@ -34,7 +34,8 @@ def add_arguments(p: argparse.ArgumentParser, *, models: str, model_help: str,
                    help="samples per rank per step (16)")
     p.add_argument("--lr", type=checks.positive_float, default=2e-3,
                    help="Adam learning rate (2e-3)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the weights and batches, the same for every run (0)")
     p.add_argument("--bucket-mb", type=checks.positive_float, default=bucket_mb,
                    help=f"DDP bucket_cap_mb for every run ({bucket_mb:g}: {bucket_help})")
     p.add_argument("--start-step", type=checks.count_int, default=2,
@@ -56,9 +57,12 @@ def add_arguments(p: argparse.ArgumentParser, *, models: str, model_help: str,
                    help="seconds any one step (or set-up phase) may take; past it every "
                    "thread's stack is printed and the rank exits, and our hooks' collectives "
                    "raise CollectiveTimeout naming the one that stalled (600)")
-    p.add_argument("--json", metavar="PATH")
-    p.add_argument("--plot", metavar="PATH", help="PNG of the curves")
-    p.add_argument("--txt", metavar="PATH", help="also write the table to PATH")
+    p.add_argument("--json", metavar="PATH", type=checks.output_file,
+                   help="write every run (curves, step times, the command) as JSON")
+    p.add_argument("--plot", metavar="PATH", type=checks.output_file,
+                   help="PNG of the curves")
+    p.add_argument("--txt", metavar="PATH", type=checks.output_file,
+                   help="also write the table to PATH")
     add_np_argument(p)
     emulated.add_link_arguments(p)
 
@@ -81,8 +85,6 @@ def check(args: argparse.Namespace, models: list[str], runs: list[str]
         except ValueError as exc:
             raise UsageError(f"--plan-link: {exc}") from None
     checks.scheme(args.scheme)
-    for option in ("--json", "--plot", "--txt"):
-        checks.output_path(getattr(args, option[2:]), option)
     if (args.delay or args.burst or args.mtu != 1500) and not args.link:
         raise UsageError("--delay, --burst and --mtu shape an emulated link; add --link RATE")
     return chosen, picked

@@ -10,14 +10,15 @@ from typing import Any
 
 from . import train_report
 
+# Within ``benchlib.WIDTH`` columns; the JSON also has each run's time of its first 10 steps
+# (``first10_s``) and its every step's time.
 COLUMNS = [("model", "model", 8, "{}"), ("run", "run", 11, "{}"),
            ("target_s", "to target(s)", 12, "{:.2f}"), ("target_step", "at step", 7, "{}"),
            ("vs_fp16", "vs fp16", 7, "{:.2f}x"), ("vs_hooks", "vs hooks", 8, "{:.2f}x"),
-           ("smoothed_final", "final", 7, "{:.4f}"), ("smoothed_best", "best", 7, "{:.4f}"),
-           ("mb_per_step", "MB/step", 8, "{:.3f}"),
-           ("mean_ms", "mean(ms)", 9, "{:.1f}"), ("median_ms", "median(ms)", 10, "{:.1f}"),
-           ("worst5_x", "worst5/med", 10, "{:.2f}x"),
-           ("first10_s", "first10(s)", 10, "{:.2f}"), ("train_s", "train(s)", 8, "{:.2f}")]
+           ("smoothed_final", "final", 6, "{:.4f}"), ("smoothed_best", "best", 6, "{:.4f}"),
+           ("mb_per_step", "MB/step", 7, "{:.3f}"),
+           ("mean_ms", "mean(ms)", 8, "{:.1f}"), ("median_ms", "median(ms)", 10, "{:.1f}"),
+           ("worst5_x", "worst5/med", 10, "{:.2f}x"), ("train_s", "train(s)", 8, "{:.2f}")]
 
 #: The runs whose times to target the others are compared with: PyTorch's fp16 hook, and the
 #: soonest of PyTorch's compression hooks.

@@ -1,0 +1,84 @@
+"""How the lab is installed and run: its package name, the distribution's metadata, the setup
+script's two modes and where ``make bench`` writes."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SETUP = ROOT / "scripts" / "setup.sh"
+
+
+def test_the_lab_installs_under_a_name_of_its_own() -> None:
+    """The lab is ``compcoll_bench`` (the ``compcoll`` command's home); no module of a generic
+    top-level ``bench`` package exists to collide with a user's."""
+    code = ("import importlib.util as u\n"
+            "from importlib.metadata import entry_points\n"
+            "print(u.find_spec('bench.cli') is None,\n"
+            "      u.find_spec('compcoll_bench.cli') is not None)\n"
+            "print(*(e.value for e in entry_points(group='console_scripts', name='compcoll')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd="/")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True", "compcoll_bench.cli:main"]
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = config["tool"]["scikit-build"]["wheel"]["packages"]
+    assert [Path(p).name for p in packages] == ["collectives", "compressors", "compcoll_bench"]
+
+
+def test_pip_show_names_the_license_home_page_and_authors() -> None:
+    out = subprocess.run([sys.executable, "-m", "pip", "show", "compcoll"], capture_output=True,
+                         text=True, timeout=120, cwd="/")
+    assert out.returncode == 0, out.stderr
+    fields = dict(line.split(": ", 1) for line in out.stdout.splitlines() if ": " in line)
+    assert "Apache-2.0" in (fields.get("License") or fields.get("License-Expression", ""))
+    assert fields.get("Home-page", "").startswith("https://")
+    assert fields.get("Author") == "compcoll developers"
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
+
+
+def _make(*args: str) -> str:
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    out = subprocess.run(["make", "-n", "-B", *args], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_make_bench_writes_to_the_users_folder_not_the_committed_results() -> None:
+    recipe = _make("bench", "NP=4")
+    assert "compcoll-results/allreduce_shm_np4.json" in recipe
+    assert "bench/results" not in recipe
+    ignored = (ROOT / ".gitignore").read_text().split()
+    assert "/compcoll-results/" in ignored
+
+
+def test_nvrtc_is_installed_for_the_tests_only() -> None:
+    bench, test = _make("bench"), _make("test")
+    assert "setup.sh main" in bench and "setup.sh test" not in bench
+    assert "setup.sh test" in test
+    assert "--dry-run" in SETUP.read_text()  # else the calls below would install for real
+    steps = {}
+    for mode in ("main", "test"):
+        out = subprocess.run(["bash", str(SETUP), mode, "--dry-run"], capture_output=True,
+                             text=True, timeout=60, cwd=ROOT)
+        assert out.returncode == 0, out.stderr
+        steps[mode] = out.stdout.splitlines()
+    assert not any("nvrtc" in line for line in steps["main"])
+    assert any("nvidia-cuda-nvrtc-cu12" in line for line in steps["test"])
+    for mode, lines in steps.items():  # one progress line per step: [i/n] what
+        progress = [line for line in lines if line.startswith("[")]
+        assert progress[0].startswith("[1/") and "torch" in "".join(progress), mode
+        assert progress[-1].startswith(f"[{len(progress)}/{len(progress)}]"), mode
+    out = subprocess.run(["bash", str(SETUP), "bogus", "--dry-run"], capture_output=True,
+                         text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 2 and "main or test" in out.stderr
