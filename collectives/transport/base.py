@@ -82,6 +82,11 @@ class CommCache:
     #: wrapper is cached (its id() cannot be reused by another object), a torch.distributed
     #: group through a weak reference (destroy_process_group must free it)
     engine_object: Any = None
+    #: which ranks share a host, agreed on first use (``collectives.topology.topology``)
+    topology: Any = None
+    #: the intra-host and cross-host sub-communicators, split once
+    #: (``collectives.topology.host_comms``)
+    host_comms: Any = None
 
 
 class Communicator(ABC):
@@ -107,7 +112,8 @@ class Communicator(ABC):
 
     def __init__(self) -> None:
         self._seq = 0
-        #: bytes this rank has handed to isend (benchmarks read it to report traffic)
+        #: bytes this rank has handed to isend, here and on the communicators split from this
+        #: one (benchmarks read it to report traffic)
         self.bytes_sent = 0
         #: the error that made this communicator unusable (None while it is usable)
         self.failure: CommunicationError | None = None
@@ -118,12 +124,22 @@ class Communicator(ABC):
         self._lock = threading.Lock()  # a DDP hook posts while its thread waits
         #: state other modules keep per communicator between calls (cost model fit, ...)
         self.cache = CommCache()
+        #: a sub-communicator's origin (``transport.split.split_by``): the communicator it was
+        #: split from, each of its ranks' rank there, and what it links ("intra-host"); None,
+        #: None and "" for a communicator the caller passed
+        self.parent: Communicator | None = None
+        self.parent_ranks: tuple[int, ...] | None = None
+        self.label = ""
 
     # -- failure: once a wait gives up, every later call refuses ------------------------------
     def check_usable(self) -> None:
-        """Raise CommunicatorUnusable if an earlier wait on this communicator failed."""
-        if self.failure is not None:
-            raise CommunicatorUnusable(repr(self), self.failure)
+        """Raise CommunicatorUnusable if an earlier wait on this communicator, or on the one
+        it was split from, failed."""
+        comm: Communicator | None = self
+        while comm is not None:
+            if comm.failure is not None:
+                raise CommunicatorUnusable(repr(self), comm.failure)
+            comm = comm.parent
 
     def fail(self, cause: CommunicationError) -> None:
         """Mark the communicator unusable after ``cause`` (a timeout or an engine error).
@@ -134,6 +150,8 @@ class Communicator(ABC):
         """
         if self.failure is None:
             self.failure = cause  # ``_posted`` is not pruned from now on: it keeps them all
+        if self.parent is not None:  # its collectives ran here: their sequence is broken too
+            self.parent.fail(cause)
 
     def _engine_error(self, message: str, exc: BaseException) -> TransportError:
         """A TransportError for an engine call that failed; the communicator is unusable after
@@ -143,9 +161,21 @@ class Communicator(ABC):
         self.fail(error)
         return error
 
+    def _count_sent(self, nbytes: int) -> None:
+        """Count bytes handed to isend, here and on the communicator this one was split from
+        (its collectives are parts of collectives there)."""
+        comm: Communicator | None = self
+        while comm is not None:
+            comm.bytes_sent += nbytes
+            comm = comm.parent
+
     def _track(self, request: Request) -> Request:
         """Register a request just posted on this communicator (see ``fail``)."""
         request.owner = self
+        if self.parent_ranks is not None:  # name the peer as the caller's communicator does
+            if request.peer is not None:
+                request.peer = self.parent_ranks[request.peer]
+            request.what = f"{self.label} {request.what}"
         with self._lock:
             self._posted.append(request)
             if len(self._posted) >= self._prune_at and self.failure is None:
@@ -201,6 +231,13 @@ class Communicator(ABC):
         check_timeout(timeout)
         reqs = [self.irecv(recvbuf, source, tag, "sendrecv"), self.isend(sendbuf, dest, tag)]
         wait_all(reqs, collective=collective, timeout=timeout)
+
+    def _split(self, color: int | None, key: int, groups: list[list[int]],
+               timeout: float | None) -> Communicator | None:
+        """The engine's split (see ``transport.split.split_by``): ``groups`` lists every
+        group's ranks, by color, each in rank order of the new communicator."""
+        raise TypeError(f"{type(self).__name__} cannot be split into sub-communicators; "
+                        "pass an mpi4py communicator or a torch.distributed group")
 
     def next_tag(self) -> int:
         """A tag for the next collective: every rank calls collectives in the same order, so

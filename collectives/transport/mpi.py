@@ -94,7 +94,7 @@ class MPICommunicator(Communicator):
 
     def isend(self, buf: np.ndarray, dest: int, tag: int, what: str = "send") -> Request:
         self.check_usable()
-        self.bytes_sent += buf.nbytes
+        self._count_sent(buf.nbytes)
         try:
             req = self.comm.Isend(_bytes(buf), dest, tag)
         except MPI.Exception as exc:
@@ -153,6 +153,16 @@ class MPICommunicator(Communicator):
         """A sub-communicator (MPI_Comm_split)."""
         self.check_usable()
         return MPICommunicator(self.comm.Split(color, key))
+
+    def _split(self, color: int | None, key: int, groups: list[list[int]],
+               timeout: float | None) -> MPICommunicator | None:
+        """MPI_Comm_split (MPI ranks the members by key, then by rank, as ``groups`` does)."""
+        self.check_usable()
+        try:
+            sub = self.comm.Split(MPI.UNDEFINED if color is None else color, key)
+        except MPI.Exception as exc:
+            raise self._engine_error("MPI_Comm_split failed", exc) from exc
+        return None if sub == MPI.COMM_NULL else MPICommunicator(sub)
 
     def abort(self, code: int = 1) -> None:
         self.comm.Abort(code)

@@ -17,6 +17,7 @@ import numpy as np
 from compressors.arrays import torch_from_raw
 from compressors.dtypes import DType
 
+from ..config import resolve_timeout
 from ..errors import CommunicatorUnusable, TransportError
 from .base import Communicator, Request
 
@@ -162,7 +163,7 @@ class TorchCommunicator(Communicator):
     def isend(self, buf: np.ndarray, dest: int, tag: int, what: str = "send") -> Request:
         self.check_usable()
         t = self._in(self._tensor(buf))
-        self.bytes_sent += buf.nbytes
+        self._count_sent(buf.nbytes)
         try:
             work = self._send(t, dest, tag)
         except RuntimeError as exc:
@@ -211,6 +212,33 @@ class TorchCommunicator(Communicator):
         pg = dist.new_group([self._global[r] for r in ranks], timeout=timedelta(seconds=timeout))
         return TorchCommunicator(pg, self.stage_device) if self._rank in ranks else None
 
+    def _split(self, color: int | None, key: int, groups: list[list[int]],
+               timeout: float | None) -> TorchCommunicator | None:
+        """One new_group per group, every rank creating every group in the same order: on
+        torch.distributed that is collective over the whole job, so only a communicator of
+        the whole job can be split."""
+        self.check_usable()
+        _, dist = _torch()
+        if self._size != dist.get_world_size():
+            raise ValueError(
+                f"a torch.distributed group of {self._size} of the job's "
+                f"{dist.get_world_size()} ranks cannot be split into sub-groups (every rank "
+                "of the job must create each one); use the default group or an MPI "
+                "communicator, or a flat algorithm (ring, rabenseifner, ...)")
+        seconds = timedelta(seconds=resolve_timeout(timeout))
+        mine = None
+        for ranks in groups:
+            members = [self._global[r] for r in ranks]
+            order = {} if members == sorted(members) else {"sort_ranks": False}
+            try:
+                pg = dist.new_group(members, timeout=seconds, **order)
+            except RuntimeError as exc:
+                raise self._engine_error("torch.distributed.new_group failed", exc) from exc
+            if self._rank in ranks:
+                mine = TorchCommunicator(pg, self.stage_device)
+                mine.matches_by_tag = mine.matches_by_tag and self.matches_by_tag
+        return mine
+
     def abort(self, code: int = 1) -> None:
         import os
 
@@ -249,6 +277,12 @@ class ProcessGroupCommunicator(TorchCommunicator):
         opts = dist.AllreduceOptions()
         opts.reduceOp = rop
         return self.group.allreduce([t], opts)
+
+    def _split(self, color: int | None, key: int, groups: list[list[int]],
+               timeout: float | None) -> TorchCommunicator | None:
+        raise TypeError("a bare process group cannot be split into sub-communicators: pass "
+                        "a torch.distributed group or an MPI communicator, or use a flat "
+                        "algorithm (ring, rabenseifner, ...)")
 
     def split(self, ranks: list[int], timeout: float = 300.0) -> TorchCommunicator | None:
         raise NotImplementedError("a bare process group cannot be split: pass a "
