@@ -1,6 +1,11 @@
 """Registers the ``compcoll`` torch.distributed backend when torch is imported (the
 ``torch.backends`` entry point): cheap, and never an error that would break ``import torch``.
-The backend itself (:mod:`collectives.backend`) is imported when a group is created."""
+
+Nothing is configured here: no ``COMPCOLL_*`` variable is read, and a failure to register is
+logged (at debug level), not raised. The backend itself (:mod:`collectives.backend`) is
+imported when a group is created; that is when its settings are read and a bad one is
+refused, naming its variable.
+"""
 
 from __future__ import annotations
 

@@ -27,6 +27,12 @@ after the collective itself where it wants to (fp16), so those factors need noth
   always runs to the end inside the call.
 * Tensors on an accelerator are staged through host memory (the transport is the group's
   host engine, gloo); the result is copied back into the output.
+* Before an instance's first call on a group, the ranks compare its compressor spec and
+  ``min_numel`` (one small allgather): ranks that disagree would send payloads of different
+  sizes, or take different paths, and fail in the engine or wait until the timeout, so
+  every rank raises ``MismatchError`` naming the setting and each rank's value instead.
+* A ``Work`` this returns (the exact path with ``async_op=True``) raises from ``wait()``
+  when the collective failed, a dead peer for instance (:mod:`collectives.torchwork`).
 
 Compressed and exact calls keep count in ``calls`` (``compressed``, ``plain``).
 
@@ -58,9 +64,11 @@ from . import torchwork
 from .compressed import make_ctx, resolve_compressor
 from .compressed.checks import check_feedback
 from .compressed.common import Ctx, wire_sizes
+from .errors import MismatchError
 from .exchange import alltoallv
 from .progress import Handle
 from .transport import as_communicator
+from .validation import agree, digest
 
 __all__ = ["CompressedReduceScatter", "compress_reduce_scatter"]
 
@@ -87,6 +95,7 @@ class CompressedReduceScatter(ReduceScatter):
         self.min_numel, self.timeout = min_numel, timeout
         self.calls = {"compressed": 0, "plain": 0}
         self._steps: dict[str, int] = {}
+        self._agreed: dict[int, Any] = {}  # id -> communicator whose ranks have agreed
         self.name = name  # names the residuals and seeds the stochastic rounding
 
     def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype,
@@ -103,6 +112,8 @@ class CompressedReduceScatter(ReduceScatter):
         if n != output_tensor.numel() * p:
             raise ValueError(f"reduce-scatter input of {n} elements for an output of "
                              f"{output_tensor.numel()} on {p} ranks (needs p times as many)")
+        if p > 1:
+            self._agree(group)
         if input_tensor.dtype not in _COMPRESSED_DTYPES or n < max(self.min_numel, 1) \
                 or not (input_tensor.is_contiguous() and output_tensor.is_contiguous()) \
                 or p == 1:
@@ -127,6 +138,26 @@ class CompressedReduceScatter(ReduceScatter):
         Handle(reduce_scatter(ctx), finish, "compressed reduce-scatter (FSDP)",
                self.timeout).wait()
         return _done() if async_op else None
+
+    def _spec(self) -> str:
+        """The compressor with its parameters, as text (``uniform:bits=8,...``)."""
+        opts = ",".join(f"{k}={v}" for k, v in sorted(self.compressor.params.items()))
+        return f"{self.compressor.name}:{opts}" if opts else self.compressor.name
+
+    def _agree(self, group: Any) -> None:
+        """Once per group, before its first message: every rank has the same compressor
+        spec and ``min_numel``, else MismatchError on every rank (see the module doc)."""
+        comm = as_communicator(group)
+        if self._agreed.get(id(comm)) is comm:
+            return
+        spec = self._spec()
+        table = agree(comm, "settings", {}, self.timeout,
+                      shared={"compressor": digest(spec), "min_numel": self.min_numel})
+        if (table[:, 0] != table[0, 0]).any():
+            raise _mismatch("compressor", _texts(comm, spec, self.timeout))
+        if (table[:, 1] != table[0, 1]).any():
+            raise _mismatch("min_numel", [int(v) for v in table[:, 1]])
+        self._agreed[id(comm)] = comm
 
     def _name(self, t: torch.Tensor) -> str:
         """The residual (and compressor) name of an input: the same on every rank and in
@@ -176,6 +207,25 @@ def reduce_scatter(ctx: Ctx) -> Any:
             ctx.decode_bytes_add(data, ctx.out, own)
 
 
+def _mismatch(setting: str, values: list[Any]) -> MismatchError:
+    by_rank = ", ".join(f"rank {r}: {v!r}" for r, v in enumerate(values))
+    return MismatchError(f"compressed reduce-scatter (FSDP): ranks disagree on the {setting} "
+                         f"({by_rank}); build CompressedReduceScatter (or call "
+                         f"compress_reduce_scatter) with the same {setting} on every rank")
+
+
+def _texts(comm: Any, text: str, timeout: float | None) -> list[str]:
+    """Every rank's ``text`` (short), in rank order."""
+    data = np.frombuffer(text.encode(), np.uint8)
+    sizes = comm.allgather_ints(np.array([data.size]), collective="share texts",
+                                timeout=timeout)[:, 0]
+    buf = np.zeros(-(-int(sizes.max()) // 8) * 8, np.uint8)
+    buf[:data.size] = data
+    table = comm.allgather_ints(buf.view(np.int64), collective="share texts", timeout=timeout)
+    rows = np.ascontiguousarray(table).view(np.uint8).reshape(len(sizes), -1)
+    return [bytes(row[:int(n)]).decode() for row, n in zip(rows, sizes, strict=True)]
+
+
 def _scale(op: Any, p: int) -> float:
     """The factor FSDP's reduction applies to the sum."""
     if op == dist.ReduceOp.SUM:
@@ -208,6 +258,4 @@ def _plain(out: torch.Tensor, x: torch.Tensor, group: Any, op: Any, scale: float
 
 
 def _done() -> Any:
-    fut: torch.futures.Future[Any] = torch.futures.Future()
-    fut.set_result(None)
-    return torchwork.from_future(fut)
+    return torchwork.done(None)

@@ -1,35 +1,109 @@
-"""The compcoll torch.distributed backend's configuration: bad values are refused by name."""
+"""The compcoll torch.distributed backend's configuration: bad values are refused by the name
+of their environment variable, when a group is created, and never break ``import torch``."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
+import collectives.backend
 from collectives.backend import BackendConfig, configure
 
+_BACKEND_VARS = ("COMPCOLL_COMPRESSOR", "COMPCOLL_FEEDBACK", "COMPCOLL_MIN_NUMEL",
+                 "COMPCOLL_FEEDBACK_MAX_TENSORS")
 
-def test_environment_is_read_and_checked(monkeypatch) -> None:
-    monkeypatch.setenv("COMPCOLL_COMPRESSOR", "uniform:bits=4")
-    monkeypatch.setenv("COMPCOLL_FEEDBACK", "1")
-    monkeypatch.setenv("COMPCOLL_MIN_NUMEL", "100")
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    """No backend variable set; what configure sets is undone after the test."""
+    for var in _BACKEND_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(collectives.backend, "_config", None)
+    return monkeypatch
+
+
+def test_environment_is_read_and_checked(clean_env) -> None:
+    clean_env.setenv("COMPCOLL_COMPRESSOR", "uniform:bits=4")
+    clean_env.setenv("COMPCOLL_FEEDBACK", "1")
+    clean_env.setenv("COMPCOLL_MIN_NUMEL", "100")
+    clean_env.setenv("COMPCOLL_FEEDBACK_MAX_TENSORS", "8")
     cfg = BackendConfig.from_env()
-    assert (cfg.compressor, cfg.feedback, cfg.min_numel) == ("uniform:bits=4", True, 100)
+    assert (cfg.compressor, cfg.feedback, cfg.min_numel, cfg.feedback_max_tensors) == \
+        ("uniform:bits=4", True, 100, 8)
+    assert BackendConfig().feedback_max_tensors == 64
 
 
 @pytest.mark.parametrize("var,value,words", [
-    ("COMPCOLL_FEEDBACK", "maybe", "COMPCOLL_FEEDBACK must be 0 or 1"),
-    ("COMPCOLL_MIN_NUMEL", "lots", "COMPCOLL_MIN_NUMEL must be an integer"),
-    ("COMPCOLL_COMPRESSOR", "bogus", "bogus"),
+    ("COMPCOLL_FEEDBACK", "maybe", "COMPCOLL_FEEDBACK='maybe': use 1/0"),
+    ("COMPCOLL_MIN_NUMEL", "lots", "COMPCOLL_MIN_NUMEL='lots': use a whole number >= 0"),
+    ("COMPCOLL_MIN_NUMEL", "-3", "COMPCOLL_MIN_NUMEL='-3': use a whole number >= 0"),
+    ("COMPCOLL_COMPRESSOR", "bogus", "COMPCOLL_COMPRESSOR='bogus': unknown compressor"),
+    ("COMPCOLL_COMPRESSOR", "uniform:bits=99", "COMPCOLL_COMPRESSOR='uniform:bits=99': "),
+    ("COMPCOLL_FEEDBACK_MAX_TENSORS", "0", "COMPCOLL_FEEDBACK_MAX_TENSORS='0': use a whole"),
 ])
-def test_bad_environment_is_refused_by_name(monkeypatch, var, value, words) -> None:
-    monkeypatch.setenv(var, value)
-    with pytest.raises((ValueError, KeyError), match=words):
+def test_bad_environment_is_refused_by_name(clean_env, var, value, words) -> None:
+    clean_env.setenv(var, value)
+    with pytest.raises(ValueError) as info:
         BackendConfig.from_env()
+    assert str(info.value).startswith(words), str(info.value)
 
 
-def test_configure_overrides_and_checks(monkeypatch) -> None:
-    for var in ("COMPCOLL_COMPRESSOR", "COMPCOLL_FEEDBACK", "COMPCOLL_MIN_NUMEL"):
-        monkeypatch.delenv(var, raising=False)
-    assert configure("sign", min_numel=0).compressor == "sign"
-    with pytest.raises(ValueError, match="min_numel must be an integer >= 0"):
-        configure(min_numel=-1)
-    configure()  # back to the defaults for whatever runs next in this process
+@pytest.mark.parametrize("kwargs,words", [
+    ({"min_numel": -1}, "configure(min_numel=-1), the setting of COMPCOLL_MIN_NUMEL: use a"),
+    ({"compressor": "bogus"}, "configure(compressor='bogus'), the setting of "
+                              "COMPCOLL_COMPRESSOR: unknown compressor"),
+    ({"feedback": "yes"}, "configure(feedback='yes'), the setting of COMPCOLL_FEEDBACK: use "
+                          "True or False"),
+    ({"feedback_max_tensors": 0}, "configure(feedback_max_tensors=0), the setting of "
+                                  "COMPCOLL_FEEDBACK_MAX_TENSORS"),
+])
+def test_configure_names_the_argument_and_its_variable(clean_env, kwargs, words) -> None:
+    with pytest.raises(ValueError) as info:
+        configure(**kwargs)
+    assert str(info.value).startswith(words), str(info.value)
+
+
+def test_configure_overrides_the_environment(clean_env) -> None:
+    clean_env.setenv("COMPCOLL_MIN_NUMEL", "100")
+    cfg = configure("sign", feedback_max_tensors=5)
+    assert (cfg.compressor, cfg.min_numel, cfg.feedback_max_tensors) == ("sign", 100, 5)
+    assert configure(min_numel=0).min_numel == 0
+
+
+def test_a_config_built_by_hand_is_checked_by_name() -> None:
+    with pytest.raises(ValueError, match=r"min_numel=-5 \(the setting of COMPCOLL_MIN_NUMEL\)"):
+        BackendConfig(min_numel=-5).checked()
+    assert BackendConfig().checked() == BackendConfig()
+
+
+_PROBE = """
+import torch  # loads the backend's entry point: must not fail
+import torch.distributed as dist
+print("imported, registered:", "COMPCOLL" in dist.Backend._plugins, flush=True)
+from datetime import timedelta
+from collectives.backend import create
+try:
+    create(dist.HashStore(), 0, 1, timedelta(seconds=10))
+    print("created")
+except ValueError as exc:
+    print("refused:", exc)
+"""
+
+
+@pytest.mark.parametrize("var,value", [
+    ("COMPCOLL_TIMEOUT", "abc"), ("COMPCOLL_VALIDATE", "maybe"),
+    ("COMPCOLL_SEGMENT_BYTES", "abc"), ("COMPCOLL_MIN_NUMEL", "abc"),
+    ("COMPCOLL_COMPRESSOR", "bogus"), ("COMPCOLL_FEEDBACK", "maybe"),
+    ("COMPCOLL_FEEDBACK_MAX_TENSORS", "none"),
+])
+def test_a_bad_variable_never_breaks_import_torch_and_is_refused_at_group_creation(
+        var, value) -> None:
+    env = {**os.environ, var: value, "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"}
+    res = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "imported, registered: True" in res.stdout, res.stdout + res.stderr[-3000:]
+    assert f"refused: {var}={value!r}" in res.stdout, res.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.mpirun import passed, torchrun
+from tests.test_backend_torchrun import survivors_passed
 
 pytestmark = pytest.mark.mpi
 
@@ -15,3 +16,12 @@ def test_compressed_reduce_scatter_matches_the_exact_one_and_fsdp2_trains_like_d
     res = torchrun("fsdp.py", nproc, timeout=280)
     passed(res, "torchrun fsdp")
     assert "fsdp training losses:" in res.stdout
+
+
+def test_different_settings_on_one_rank_raise_mismatch_on_every_rank() -> None:
+    passed(torchrun("mismatch.py", 2, "fsdp", timeout=180), "torchrun mismatch fsdp")
+
+
+def test_a_peer_dying_mid_reduce_scatter_fails_every_survivors_call() -> None:
+    res = torchrun("dead_peer.py", 3, "fsdp", timeout=180)
+    survivors_passed(res, "torchrun dead peer fsdp", 2)

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 import collectives.backend  # noqa: F401  (where torch's autoloading is off)
-from bench.commands.train_models import task
+from compcoll_bench.commands.train_models import task
 
 from torchrun_checks import Checks, P, R
 from torchrun_checks import train as train_steps

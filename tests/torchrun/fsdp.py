@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
-from bench.commands.train_models import task
 from collectives.fsdp import CompressedReduceScatter, compress_reduce_scatter
+from compcoll_bench.commands.train_models import task
 
 from torchrun_checks import Checks, P, R
 

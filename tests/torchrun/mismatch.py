@@ -1,0 +1,89 @@
+"""Settings that differ between ranks raise MismatchError on every rank, under torchrun.
+
+* ``backend``: a ``compcoll`` group (``dist.new_group(backend="compcoll")`` on a gloo job)
+  created while rank 1's environment differs in ``COMPCOLL_MIN_NUMEL``,
+  ``COMPCOLL_COMPRESSOR`` or ``COMPCOLL_FEEDBACK`` refuses, on every rank, naming the variable
+  and each rank's value; a value rank 1 alone cannot parse is refused on every rank, naming
+  it; with the environment alike the group is made and compresses;
+* ``fsdp``: ``CompressedReduceScatter`` with another compressor, or another ``min_numel``,
+  on rank 1 refuses its first call on every rank, naming the setting and each rank's value.
+
+Without the check these runs hang until the timeout or abort inside gloo.
+
+Run: torchrun --standalone --nproc-per-node 2 tests/torchrun/mismatch.py backend
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import collectives.backend  # noqa: F401  (where torch's autoloading is off)
+from collectives.errors import MismatchError
+from collectives.fsdp import CompressedReduceScatter
+
+from torchrun_checks import Checks, P, R
+
+MODE = sys.argv[1]
+checks = Checks(f"torchrun mismatch {MODE}")
+check = checks.check
+
+
+def refused(what: str, make, kind: type, words: list[str]) -> None:  # noqa: ANN001
+    try:
+        make()
+        check(False, f"{what}: refused on rank {R}")
+    except kind as exc:
+        text = str(exc)
+        check(all(w in text for w in words), f"{what}: the error names {words}: {text}")
+    except Exception as exc:  # noqa: BLE001 - the wrong kind of error
+        check(False, f"{what}: {kind.__name__} expected, got {type(exc).__name__}: {exc}")
+
+
+def backend() -> None:
+    cases = [("COMPCOLL_MIN_NUMEL", "100", "16384", MismatchError),
+             ("COMPCOLL_COMPRESSOR", "uniform:bits=4", "uniform:bits=8", MismatchError),
+             ("COMPCOLL_FEEDBACK", "1", "0", MismatchError),
+             ("COMPCOLL_MIN_NUMEL", "abc", None, ValueError)]
+    for var, other, default, kind in cases:
+        if R == 1:
+            os.environ[var] = other
+        words = [var, repr(other)] + ([repr(default)] if default else ["rank 1"])
+        refused(f"{var} differing", lambda: dist.new_group(backend="compcoll"), kind, words)
+        os.environ.pop(var, None)
+    os.environ["COMPCOLL_MIN_NUMEL"] = "1000"  # alike: the group is made
+    group = dist.new_group(backend="compcoll")
+    t = torch.full((5000,), float(R + 1))
+    dist.all_reduce(t, group=group)
+    check(bool((t == P * (P + 1) / 2).all()) and group.compressed == 1,
+          "settings alike: the group compresses")
+
+
+def fsdp() -> None:
+    x = torch.randn(P * 20_000)
+    for setting, mine, other in (("compressor", "uniform:bits=8", "uniform:bits=4"),
+                                 ("min_numel", 16384, 100)):
+        value = other if R == 1 else mine
+        rs = CompressedReduceScatter(**{setting: value})
+        refused(f"FSDP {setting} differing",
+                lambda rs=rs: rs(torch.empty(20_000), x, dist.group.WORLD, dist.ReduceOp.AVG),
+                MismatchError, [setting, str(mine), str(other)])
+    rs = CompressedReduceScatter()
+    out = torch.empty(20_000)
+    rs(out, x, dist.group.WORLD, dist.ReduceOp.AVG)
+    check(rs.calls["compressed"] == 1, "settings alike: compressed")
+
+
+def main() -> None:
+    dist.init_process_group("gloo", timeout=timedelta(seconds=30))
+    {"backend": backend, "fsdp": fsdp}[MODE]()
+    dist.barrier()
+
+
+if __name__ == "__main__":
+    checks.guarded(MODE, main)
+    checks.finish()
