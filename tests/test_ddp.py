@@ -86,3 +86,8 @@ def test_init_from_mpi_names_a_bad_host_on_every_rank() -> None:
     assert comm.sent == [None]  # the others are told, not left waiting for a port
     with pytest.raises(ValueError, match="timeout must be > 0"):
         init_from_mpi(comm, timeout=0)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_16_bit_buckets_take_the_fast_path_bit_for_bit_with_pytorchs_hooks(np_: int) -> None:
+    _passed(run("ddp_fastpath.py", np_, timeout=120), "ddp fast path")

@@ -14,6 +14,7 @@ from compressors.arrays import torch_raw
 from compressors.dtypes import lookup
 
 from .. import api, ops
+from . import fastpath
 from . import groups as grouping
 from .state import CompressionState
 from .worker import Job
@@ -53,25 +54,31 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
     comm = state.communicator()
     record: dict[str, Any] = {"step": step, "bucket": index, "numel": int(buf.numel()),
                               "start": t0}
+    after = _norm_observer(state, step, index) if state.policy.wants_norm(step) else None
+    warm = step < state.start_step
+    groups = [] if warm else _groups(state, bucket, buf, index, step)
+    fast = fastpath.serves(comm) and (
+        state.plain_algorithm() == comm.engine if warm else
+        fastpath.spec_of(groups, state.feedback, state.group_algorithm() == comm.engine))
+    if fast:
+        spec = "none" if warm else fast
+        if spec == "none":
+            buf.mul_(1.0 / comm.size)  # as below: DDP's average, bit for bit
+        if not warm:
+            record["groups"] = [(g.name, g.spec, [m for m, _ in g.members]) for g in groups]
+        state.timeline.append(record)
+        check = state.validate_once(f"bucket{index}", spec, int(buf.numel()))
+        return fastpath.start(comm, buf, spec, record, check, after)
     parts: list[tuple[Any, Any, Any, dict]] = []
     # Divide first, as DDP does: the sum of averages cannot overflow fp16/bf16, and with the
     # engine's own allreduce over the same buffer the "none" path is DDP's average bit for bit
     # (DDP multiplies by the reciprocal, so we do too: x * (1/3) and x / 3 round differently).
     buf.mul_(1.0 / comm.size)
-    if step < state.start_step:  # warm-up: plain average, no compression
+    if warm:  # warm-up: plain average, no compression
         plain = partial(api.iallreduce, buf, op="sum", comm=comm, out=buf,
                         algorithm=state.plain_algorithm(), timeout=state.timeout)
         parts.append((None, buf, plain() if comm.matches_by_tag else plain, {}))
     else:
-        params, grads = bucket.parameters(), bucket.gradients()
-        ranges = grouping.offsets(buf, grads)
-        groups = state.groups(index, params, ranges)
-        policy = state.policy
-        if policy.wants_profile(step):  # (never, under a static policy)
-            for j, (p, g) in enumerate(zip(params, grads, strict=True)):
-                lay = state.layer(p, f"bucket{index}/{j}")
-                if policy.wants_profile(step, lay.name):
-                    policy.observe(step, lay, g.detach().cpu().numpy().copy(), index)
         # Inputs first, span groups last (they zero the others' ranges once copied out);
         # collectives in the groups' order, a span group first (it writes its whole span).
         views = {id(g): g.view(buf) for g in sorted(groups, key=lambda g: bool(g.holes))}
@@ -86,9 +93,23 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
     record["launched"] = time.perf_counter()
     state.timeline.append(record)
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    after = _norm_observer(state, step, index) if state.policy.wants_norm(step) else None
     state._worker.submit(Job(fut, buf, parts, record, after))
     return fut
+
+
+def _groups(state: CompressionState, bucket: dist.GradBucket, buf: torch.Tensor, index: int,
+            step: int) -> list[Any]:
+    """The bucket's groups under the policy's current plan; an adaptive policy that profiles
+    this step sees the layers' gradients first."""
+    params, grads = bucket.parameters(), bucket.gradients()
+    groups = state.groups(index, params, grouping.offsets(buf, grads))
+    policy = state.policy
+    if policy.wants_profile(step):  # (never, under a static policy)
+        for j, (p, g) in enumerate(zip(params, grads, strict=True)):
+            lay = state.layer(p, f"bucket{index}/{j}")
+            if policy.wants_profile(step, lay.name):
+                policy.observe(step, lay, g.detach().cpu().numpy().copy(), index)
+    return groups
 
 
 def _start(state: CompressionState, comm: Any, g: Any, x: Any, step: int, st: dict) -> Any:
@@ -103,8 +124,8 @@ def _start(state: CompressionState, comm: Any, g: Any, x: Any, step: int, st: di
                        compressor=state.compressor(g.spec), feedback=fb,
                        scheme="dense" if plain else state.scheme, algorithm=algo,
                        timeout=state.timeout, stats=st, validate=check)
-    if plain and fb is not None:  # a residual moved here went out in full
-        fb.residuals.pop(g.name, None)
+    if (plain or g.spec in fastpath.HALF) and fb is not None:
+        fb.residuals.pop(g.name, None)  # a residual moved here went out in full (or 16-bit)
     return h
 
 
