@@ -20,7 +20,6 @@ from collectives.policy import Rules
 from common import Checker
 
 
-
 def bf16_on_cpu(process_group, bucket):  # noqa: ANN001, ANN202 - DDP reads real annotations
     """PyTorch's bf16 hook as it is (DDP refuses to register it by name off CUDA)."""
     return default_hooks.bf16_compress_hook(process_group, bucket)
