@@ -69,10 +69,12 @@ def test_leftovers_are_ours_and_dead_only() -> None:
 
 
 def test_bad_topologies_are_refused() -> None:
-    with pytest.raises(ValueError, match=">= 2 ranks"):
-        emulate.Topology(1, 1e9)
+    with pytest.raises(ValueError, match=">= 2 hosts"):
+        emulate.Topology(1, 1e9, ranks_per_host=4)
     with pytest.raises(ValueError, match="250"):
         emulate.Topology(300, 1e9)
+    with pytest.raises(ValueError, match=">= 1 rank"):
+        emulate.Topology(2, 1e9, ranks_per_host=0)
     with pytest.raises(ValueError, match="MTU"):
         emulate.Topology(2, 1e9, mtu=100)
 

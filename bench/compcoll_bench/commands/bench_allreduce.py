@@ -29,7 +29,6 @@ from collectives.algorithms import REGISTRY, modeled
 from collectives.algorithms import get as get_algorithm
 from compressors import dtypes
 
-from .. import emulate
 from ..cli import UsageError, command
 from . import bench_report as report
 from . import checks
@@ -131,24 +130,12 @@ def _check(args: argparse.Namespace, dtype: dtypes.DType) -> tuple[str, list[int
         checks.compressor(spec)
     check_specs(specs, dtype, op, args.scheme)
     _check_engine(_algorithms(args.algo), "mpi")  # the command runs on MPI_COMM_WORLD
-    if (args.delay or args.burst or args.mtu != 1500) and not args.link:
-        raise UsageError("--delay, --burst and --mtu shape an emulated link; add --link RATE")
+    emulated.check_arguments(args)
     return op, sizes, specs
 
 
 def _launched() -> bool:
     return any(v in os.environ for v in LAUNCHER_VARS)
-
-
-def _link(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The emulated link of this run (None on the machine's own interconnect)."""
-    if not args.link:
-        return None
-    rate = emulate.parse_rate(args.link)
-    return {"rate": args.link, "rate_bps": rate,
-            "delay_s": emulate.parse_duration(args.delay) if args.delay else 0.0,
-            "burst_bytes": args.burst or emulate.default_burst(rate), "mtu": args.mtu,
-            "transport": "MPICH ch4:ofi tcp over veth, tc tbf both ways"}
 
 
 def _progress(total: int, rank: int) -> Any:
@@ -172,8 +159,8 @@ def run(args: argparse.Namespace) -> int:
     if args.link and not emulated.inside():
         topo = emulated.topology(args)
         if _launched():
-            raise UsageError("--link starts its own ranks, one per namespace; run it without "
-                             "mpiexec")
+            raise UsageError("--link starts its own ranks, in one namespace per host; run it "
+                             "without mpiexec")
         return emulated.run_on_cluster(topo, args.argv)
     code = relaunch(args.np, args.argv)
     if code is not None:
@@ -196,8 +183,9 @@ def run(args: argparse.Namespace) -> int:
     lay = report.layout(places(args.inplace), algo=report.algo_width(names, candidates),
                         max_size=sizes[-1], itemsize=dtype.itemsize, compressors=real)
     if rank0:
-        out(f"# compcoll bench allreduce: {comm.size} ranks, {dtype.name} {op}, "
-            f"{args.iters} iters, {args.warmup} warm-up, check {args.check}")
+        where = emulated.label(args, comm.size)
+        out(f"# compcoll bench allreduce: {comm.size} ranks{', ' + where if where else ''}, "
+            f"{dtype.name} {op}, {args.iters} iters, {args.warmup} warm-up, check {args.check}")
         for line in comment(f"cost model fitted on this communicator: alpha "
                             f"{cost.alpha * 1e6:.2f} us, beta {cost.beta * 1e9:.4f} ns/B "
                             f"({1 / cost.beta / 1e9 if cost.beta else 0:.2f} GB/s), gamma "
@@ -252,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
                 "hostname": socket.gethostname(),
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "cost_params": {"alpha": cost.alpha, "beta": cost.beta, "gamma": cost.gamma},
-                "link": _link(args),
+                "link": emulated.describe(args, comm.size),
                 "crossovers": None if crossovers is None else
                 {"sizes": list(crossovers.sizes), "best": list(crossovers.best())},
                 "modeled": list(candidates), "auto_regret": auto_regret}
@@ -266,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
             report.write_csv(args.csv, rows)
         if args.plot:
             link = meta["link"]
-            where = f"{comm.size} hosts, {args.link} links" if link else f"{comm.size} ranks"
+            where = emulated.label(args, comm.size) or f"{comm.size} ranks"
             shown = [r for r in rows if r["inplace"] == lay.places[0]]  # one placement
             where += ", in place" if lay.places[0] else ", out of place"
             report.plot(args.plot, shown, f"allreduce {dtype.name} {op}, {where} "

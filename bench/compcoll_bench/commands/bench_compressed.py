@@ -61,8 +61,7 @@ def _check(args: argparse.Namespace, specs: list[str]) -> None:
             check_scheme(args.scheme, compressors.get(spec))
         except ValueError as exc:
             raise UsageError(f"--compressor {spec}: {exc}") from None
-    if (args.delay or args.burst or args.mtu != 1500) and not args.link:
-        raise UsageError("--delay, --burst and --mtu shape an emulated link; add --link RATE")
+    emulated.check_arguments(args)
 
 
 def _row(name: str, scheme: str, t: float, nbytes: int, p: int, t_mpi: float, **extra: Any
@@ -119,10 +118,11 @@ def run(args: argparse.Namespace) -> int:
     world.Allreduce(x, exact)
     cost = costmodel.params(comm)
     rows: list[dict[str, Any]] = []
+    where = emulated.label(args, p)
     if comm.rank == 0:
-        print(f"# compcoll bench compressed: {p} ranks, {args.size} B float32, "
-              f"{'no ' if args.no_feedback else ''}error feedback, {args.iters} iters"
-              + (f", {args.link} links" if args.link else ""))
+        print(f"# compcoll bench compressed: {p} ranks{', ' + where if where else ''}, "
+              f"{args.size} B float32, {'no ' if args.no_feedback else ''}error feedback, "
+              f"{args.iters} iters")
     t_mpi = time_calls(world, lambda: world.Allreduce(x, out), args.iters, args.warmup).median
     rows.append(_row("MPI_Allreduce", "-", t_mpi, args.size, p, t_mpi))
     for algo in ("ring", "rabenseifner"):
@@ -162,6 +162,6 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"command": ["compcoll", *args.argv], "ranks": p, "bytes": args.size,
-                           "link": args.link, "cost_params": vars(cost), "rows": rows}, f,
-                          indent=1, default=float)
+                           "link": emulated.describe(args, p), "cost_params": vars(cost),
+                           "rows": rows}, f, indent=1, default=float)
     return 0

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..cli import UsageError, command
 from . import checks, tta_repeat
+from . import emulate as emulated
 from . import train_common as common
 from . import tta_report as report
 from . import tta_steps as steps
@@ -71,6 +72,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     models, runs = common.check(args, MODELS, [*RUNS, COMPUTE])
+    emulated.check_arguments(args)
     if "ddp" not in runs:
         raise UsageError(f"--runs {args.runs}: add ddp (its best quality defines the target)")
     if args.eval_every > args.steps:
@@ -158,9 +160,10 @@ def run(args: argparse.Namespace) -> int:
     if code is not None:
         return code
     mpi = common.start(args)
-    title = (f"# compcoll bench tta: {mpi.size} ranks, torch.distributed gloo, up to "
-             f"{args.steps} steps, batch {args.batch}/rank, quality every {args.eval_every} "
-             f"steps, our hooks over {args.comm}{', link ' + args.link if args.link else ''}")
+    where = emulated.label(args, mpi.size)
+    title = (f"# compcoll bench tta: {mpi.size} ranks{', ' + where if where else ''}, "
+             f"torch.distributed gloo, up to {args.steps} steps, batch {args.batch}/rank, "
+             f"quality every {args.eval_every} steps, our hooks over {args.comm}")
     _say(mpi, title)
     rows: list[dict[str, Any]] = []
     targets: dict[str, str] = {}  # model: how its target was derived
@@ -218,5 +221,5 @@ def _write(args: argparse.Namespace, mpi: Any, rows: list[dict], lines: list[str
         with open(args.txt, "w") as f:
             f.write("\n".join([lines[0], command, *lines[1:]]) + "\n")
     if args.plot:
-        report.plot(args.plot, rows, f"compcoll bench tta, {mpi.size} ranks"
-                    f"{', link ' + args.link if args.link else ', shared memory'}")
+        where = emulated.label(args, mpi.size) or "shared memory"
+        report.plot(args.plot, rows, f"compcoll bench tta, {mpi.size} ranks, {where}")

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from types import FrameType
+from typing import Any
 
 from .. import emulate
 from ..cli import UsageError, command
@@ -74,12 +75,12 @@ class Cluster:
         atexit.unregister(self.close)
 
     def qdisc_stats(self) -> str:
-        """``tc -s qdisc`` of every rank's link (bytes sent through each shaper)."""
+        """``tc -s qdisc`` of every host's link (bytes sent through each shaper)."""
         out = []
-        for i in range(self.topo.ranks):
-            res = subprocess.run(["tc", "-s", "-n", self.topo.ns(i), "qdisc", "show", "dev",
+        for h in range(self.topo.hosts):
+            res = subprocess.run(["tc", "-s", "-n", self.topo.ns(h), "qdisc", "show", "dev",
                                   emulate.RANK_IF], capture_output=True, text=True)
-            out.append(f"# rank {i} {emulate.RANK_IF}: " + " ".join(res.stdout.split()))
+            out.append(f"# host {h} {emulate.RANK_IF}: " + " ".join(res.stdout.split()))
         return "\n".join(out)
 
 
@@ -93,16 +94,76 @@ def _explain(cmd: list[str], err: str) -> str:
     return f"{' '.join(cmd)} failed: {err or 'no message'}"
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse emulation options that need ``--link`` without it (``UsageError``)."""
+    if args.link:
+        return
+    if args.delay or args.burst or args.mtu != 1500:
+        raise UsageError("--delay, --burst and --mtu shape an emulated link; add --link RATE")
+    if args.hosts or args.ranks_per_host:
+        raise UsageError("--hosts and --ranks-per-host lay out an emulated cluster; add --link "
+                         "RATE (e.g. --link 10gbit)")
+
+
+def _layout(args: argparse.Namespace) -> tuple[int, int]:
+    """(hosts, ranks per host) from ``--hosts``, ``--ranks-per-host`` and ``-np``."""
+    hosts, per, np_ = args.hosts, args.ranks_per_host, args.np
+    if hosts is None and per is None:
+        if not np_ or np_ < 2:
+            raise UsageError("--link needs -np N with N >= 2 (one host of one rank each), or "
+                             "--hosts H [--ranks-per-host L]")
+        return np_, 1
+    if hosts is None:
+        if not np_ or np_ % per:
+            raise UsageError(f"--ranks-per-host {per} needs --hosts H (or -np N, a multiple "
+                             f"of {per})")
+        return np_ // per, per
+    if per is None:
+        if np_ and np_ % hosts:
+            raise UsageError(f"-np {np_} ranks do not fill --hosts {hosts} evenly; give -np "
+                             f"as a multiple of {hosts}, or --ranks-per-host")
+        return hosts, np_ // hosts if np_ else 1
+    if np_ and np_ != hosts * per:
+        raise UsageError(f"-np {np_} but --hosts {hosts} x --ranks-per-host {per} is "
+                         f"{hosts * per} ranks; drop -np or make it {hosts * per}")
+    return hosts, per
+
+
 def topology(args: argparse.Namespace) -> emulate.Topology:
-    """The topology asked for by ``--link``/``--delay``/``--burst`` and ``-np``."""
-    if not args.np or args.np < 2:
-        raise UsageError("--link needs -np N with N >= 2 (one namespace per rank)")
+    """The cluster asked for by ``--link``/``--delay``/``--burst``/``--mtu``, ``--hosts``,
+    ``--ranks-per-host`` and ``-np``."""
+    hosts, per = _layout(args)
     try:
-        return emulate.Topology(args.np, emulate.parse_rate(args.link),
+        return emulate.Topology(hosts, emulate.parse_rate(args.link),
                                 emulate.parse_duration(args.delay) if args.delay else 0.0,
-                                args.burst, mtu=args.mtu)
+                                args.burst, mtu=args.mtu, ranks_per_host=per)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+def describe(args: argparse.Namespace, ranks: int) -> dict[str, Any] | None:
+    """The emulated cluster a run of ``ranks`` ranks ran on, for result files (None without
+    ``--link``: the machine's own interconnect)."""
+    if not args.link:
+        return None
+    rate = emulate.parse_rate(args.link)
+    per = args.ranks_per_host or (ranks // args.hosts if args.hosts else 1)
+    return {"rate": args.link, "rate_bps": rate, "hosts": ranks // per, "ranks_per_host": per,
+            "delay_s": emulate.parse_duration(args.delay) if args.delay else 0.0,
+            "burst_bytes": args.burst or emulate.default_burst(rate), "mtu": args.mtu,
+            "transport": "one veth per host, tc tbf both ways; MPICH ch4 ofi tcp between "
+                         "hosts" + ("; inside a host MPICH shared memory, sockets (gloo) over lo"
+                                    if per > 1 else "")}
+
+
+def label(args: argparse.Namespace, ranks: int) -> str:
+    """``2 hosts x 2 ranks, 1gbit links`` (with the delay if any); "" without ``--link``."""
+    link = describe(args, ranks)
+    if link is None:
+        return ""
+    delay = f", {args.delay} delay" if args.delay else ""
+    return (f"{link['hosts']} hosts x {link['ranks_per_host']} rank"
+            f"{'s' if link['ranks_per_host'] > 1 else ''}, {args.link} links{delay}")
 
 
 def inside() -> bool:
@@ -111,7 +172,7 @@ def inside() -> bool:
 
 
 def run_on_cluster(topo: emulate.Topology, argv: list[str], stats: bool = True) -> int:
-    """Run ``python -m compcoll_bench argv`` with one rank per namespace of ``topo``."""
+    """Run ``python -m compcoll_bench argv`` on ``topo``: its ranks per host namespace."""
     mpiexec = find_mpiexec()
     if mpiexec is None:
         raise SystemExit("compcoll: --link needs MPICH's mpiexec (Hydra); pip install mpich")
@@ -138,10 +199,18 @@ def run_on_cluster(topo: emulate.Topology, argv: list[str], stats: bool = True) 
 
 
 def add_link_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("emulated cluster (root, iproute2; MPICH over TCP)")
+    g = p.add_argument_group("emulated cluster (root, iproute2, unshare; MPICH over TCP "
+                             "between hosts)")
     g.add_argument("--link", metavar="RATE",
-                   help="run each rank in its own network namespace behind a RATE link "
-                        "(e.g. 1gbit), shaped with tc tbf both ways")
+                   help="run each host (one rank, or --ranks-per-host) in its own network "
+                        "namespace with its own hostname, behind a RATE link (e.g. 1gbit) "
+                        "shaped with tc tbf both ways")
+    g.add_argument("--hosts", type=checks.positive_int, metavar="H",
+                   help="emulated hosts (default: -np of them, one rank each); -np may be "
+                        "left out, or must be H x L")
+    g.add_argument("--ranks-per-host", type=checks.positive_int, metavar="L",
+                   help="ranks on each host, talking through shared memory (MPI) or the "
+                        "host's loopback (sockets); they share the host's link (default 1)")
     g.add_argument("--delay", metavar="TIME",
                    help="one-way link delay (e.g. 50us); needs the kernel's netem qdisc")
     g.add_argument("--burst", type=checks.positive_int, metavar="BYTES",
@@ -159,7 +228,7 @@ def _cleanup_arguments(p: argparse.ArgumentParser) -> None:
 @command("emulate cleanup", arguments=_cleanup_arguments)
 def cleanup(args: argparse.Namespace) -> int:
     try:
-        emulate.check_host()
+        emulate.check_host(launch=False)
     except RuntimeError as exc:
         raise SystemExit(f"compcoll: {exc}") from None
     names = emulate.leftovers(emulate.existing(), everything=args.all)

@@ -85,8 +85,7 @@ def check(args: argparse.Namespace, models: list[str], runs: list[str]
         except ValueError as exc:
             raise UsageError(f"--plan-link: {exc}") from None
     checks.scheme(args.scheme)
-    if (args.delay or args.burst or args.mtu != 1500) and not args.link:
-        raise UsageError("--delay, --burst and --mtu shape an emulated link; add --link RATE")
+    emulated.check_arguments(args)
     return chosen, picked
 
 
@@ -177,6 +176,7 @@ def meta(args: argparse.Namespace, mpi: Any) -> dict[str, Any]:
     argv = without_np(args.argv)
     return {"command": ["compcoll", *argv[:2], "-np", str(mpi.size), *argv[2:]],
             "ranks": mpi.size, "hostname": socket.gethostname(), "link": args.link,
+            "cluster": emulated.describe(args, mpi.size),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 

@@ -4,6 +4,8 @@
 * ``mlp-wide``: an MLP on the same digits, 6.4M parameters in three big matrices.
 * ``lm`` / ``lm-large``: a byte-level causal transformer on the Python standard library's own
   source files (``sysconfig.get_paths()["stdlib"]``); ``lm-large`` has > 10M parameters.
+* ``gpt`` / ``vit``: a decoder language model on a word-level vocabulary and a vision
+  transformer on the digits (``transformer_models``).
 * ``embed``: next-byte prediction on the same text from hashed 1-, 2- and 3-byte contexts:
   4.2M of its 4.3M parameters are one embedding table, of which a step touches a few rows.
 
@@ -26,13 +28,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from .transformer_models import DecoderLM, DigitsViT, TokenBatches, tokenize
+
 LM_SIZES = {"lm": dict(d=64, layers=2, heads=4), "lm-large": dict(d=512, layers=4, heads=8)}
 CONTEXT = 64
 #: Held-out windows of CONTEXT bytes that bits per byte is measured on, evenly spaced over the
 #: held-out text (128 x 64 bytes: about 25 ms for embed, 40 ms for lm on one thread).
 EVAL_WINDOWS = 128
-MODELS = ["cnn", "mlp-wide", *LM_SIZES, "embed"]
-HIGHER_IS_BETTER = {"accuracy": True, "bits_per_byte": False}
+MODELS = ["cnn", "mlp-wide", *LM_SIZES, "embed", "gpt", "vit"]
+HIGHER_IS_BETTER = {"accuracy": True, "bits_per_byte": False, "loss": False}
 
 
 class DigitsCNN(nn.Module):
@@ -105,11 +109,13 @@ class Task:
 
     name: str
     make: Any
-    train: tuple[torch.Tensor, torch.Tensor] | torch.Tensor
+    train: tuple[torch.Tensor, torch.Tensor] | torch.Tensor | TokenBatches
     test: tuple[torch.Tensor, torch.Tensor] | torch.Tensor
     metric: str
 
     def batch(self, step: int, rank: int, size: int, seed: int) -> tuple[torch.Tensor, ...]:
+        if isinstance(self.train, TokenBatches):
+            return self.train.batch(step, rank, size, seed)
         g = torch.Generator().manual_seed(seed * 1_000_003 + step * 1009 + rank)
         if self.metric == "accuracy":
             x, y = self.train  # type: ignore[misc]
@@ -138,6 +144,8 @@ class Task:
             if self.metric == "accuracy":
                 x, y = self.test  # type: ignore[misc]
                 return float((model(x).argmax(1) == y).float().mean())
+            if isinstance(self.train, TokenBatches):  # nats per held-out token
+                return float(self.loss(model, self.train.held_out()))
             text = self.test
             gap = max(1, (len(text) - CONTEXT) // EVAL_WINDOWS)
             starts = list(range(0, len(text) - CONTEXT - 1, gap))[:EVAL_WINDOWS]
@@ -166,7 +174,7 @@ def digits(seed: int, name: str = "cnn") -> Task:
     y = torch.tensor(data.target, dtype=torch.int64)
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
     tr, te = order[:1500], order[1500:]
-    factory = {"cnn": DigitsCNN, "mlp-wide": WideMLP}[name]
+    factory = {"cnn": DigitsCNN, "mlp-wide": WideMLP, "vit": DigitsViT}[name]
     return Task(name, _seeded(factory, seed), (x[tr], y[tr]), (x[te], y[te]), "accuracy")
 
 
@@ -190,8 +198,19 @@ def language(name: str, seed: int, nbytes: int = 1 << 20) -> Task:
     return Task(name, _seeded(factory, seed), text[:cut], text[cut:], "bits_per_byte")
 
 
+def words(seed: int) -> Task:
+    """The ``gpt`` task: 1 MB of standard-library source as word-level tokens."""
+    ids, _ = tokenize(stdlib_text(1 << 20).tobytes())
+    tokens = torch.from_numpy(ids)
+    cut = int(len(tokens) * 0.95)
+    data = TokenBatches(tokens[:cut], tokens[cut:])
+    return Task("gpt", _seeded(DecoderLM, seed), data, data, "loss")
+
+
 def task(name: str, seed: int) -> Task:
-    if name in ("cnn", "mlp-wide"):
+    if name == "gpt":
+        return words(seed)
+    if name in ("cnn", "mlp-wide", "vit"):
         return digits(seed, name)
     if name in LM_SIZES or name == "embed":
         return language(name, seed)
