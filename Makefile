@@ -9,7 +9,7 @@ NP ?= 4
 # Your runs go here (git-ignored); bench/results holds the curated, committed results.
 RESULTS ?= compcoll-results
 
-.PHONY: bench test lint setup clean sanitize
+.PHONY: bench test lint setup clean sanitize docs
 
 $(STAMP): $(SETUP_DEPS)
 	./scripts/setup.sh main
@@ -28,13 +28,16 @@ bench: $(STAMP)
 		--txt $(RESULTS)/allreduce_shm_np$(NP).txt
 
 lint: $(TEST_STAMP)
-	$(VENV)/bin/ruff check collectives compressors tests bench
+	$(VENV)/bin/ruff check collectives compressors tests bench docs
+
+docs: $(TEST_STAMP)
+	$(VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
 
 test: $(TEST_STAMP) lint
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
 
 clean:
-	rm -rf build $(VENV) _compcoll*.so
+	rm -rf build $(VENV) _compcoll*.so docs/_build
 
 # The kernels built with AddressSanitizer and UndefinedBehaviorSanitizer (misaligned loads,
 # overflows, out-of-bounds access) into build/sanitize, then the kernel, wire-format and fuzz
