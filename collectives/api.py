@@ -8,12 +8,12 @@ from typing import Any
 import numpy as np
 
 from . import algorithms, buffers, ops
-from .algorithms import ring, tree
+from .algorithms import ring, tree, two_level
 from .algorithms.common import Job, blocks_from_counts, partition
 from .config import defaults
 from .progress import Handle
 from .transport import Communicator
-from .validation import agree, open_comm, refusing
+from .validation import agree, digest, open_comm, refusing
 
 _OP_CODES = {name: i for i, name in enumerate(ops.SUPPORTED_OPS)}
 
@@ -39,7 +39,8 @@ def iallreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any 
                out: Any = None, timeout: float | None = None, validate: bool | None = None,
                compressor: Any = None, feedback: Any = None, scheme: str = "auto",
                name: str | None = None, step: int = 0, sparse_algorithm: str = "auto",
-               k: int | None = None, stats: dict | None = None) -> Handle:
+               k: int | None = None, stats: dict | None = None,
+               hierarchy: str = "auto") -> Handle:
     """Start an allreduce; ``wait()`` on the returned handle gives the result.
 
     Same arguments as :func:`allreduce`. Every rank must start its nonblocking collectives in
@@ -61,7 +62,7 @@ def iallreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any 
         return icompressed_allreduce(
             c, buf, compressor=compressor, feedback=feedback, scheme=scheme, op=op, out=out,
             name=name, step=step, algorithm=algorithm, sparse_algorithm=sparse_algorithm, k=k,
-            timeout=timeout, validate=validate, stats=stats)
+            timeout=timeout, validate=validate, stats=stats, hierarchy=hierarchy)
     if algorithm == "mpi" and c.engine == "mpi":
         direct = buffers.prepare_direct(buf, out, str(op).lower())
         if direct is not None:
@@ -73,14 +74,25 @@ def iallreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any 
         name = algorithm
         if name != "auto":
             algorithms.get(name)
+        if name == "two_level":
+            two_level.cross_algorithm()  # a bad CROSS is refused here, on every rank
+        if hierarchy != "auto":
+            raise ValueError(f"hierarchy={hierarchy!r} chooses how a compressed allreduce "
+                             "crosses hosts; without a compressor pass algorithm='two_level' "
+                             "(or 'auto')")
     if defaults.validate if validate is None else validate:
         algo_id = -1 if name == "auto" else algorithms.names().index(name)
+        # the cross-host step of two_level (and of auto, which may pick it) must agree too
+        cross = digest(two_level.CROSS) if name in ("auto", "two_level") else 0
         _validate(c, "allreduce", {"element count": prepared.work.size, "dtype": dtype.code,
-                                   "op": _OP_CODES[op], "algorithm": algo_id}, timeout)
+                                   "op": _OP_CODES[op], "algorithm": algo_id,
+                                   "two_level.CROSS (cross-host algorithm)": cross}, timeout)
     if name == "auto":
         from . import costmodel
 
         name = costmodel.choose(c, prepared.work.size * dtype.itemsize, timeout=timeout)
+    if name == "two_level":  # its set-up collectives now, in call order, before its messages
+        two_level.prepare(c, timeout=timeout)
     job = _job(c, prepared.work, dtype, op, f"allreduce[{name}]")
     ops.prescale(job.work, dtype, op, c.size)
 
@@ -108,15 +120,17 @@ def allreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any =
               out: Any = None, timeout: float | None = None, validate: bool | None = None,
               compressor: Any = None, feedback: Any = None, scheme: str = "auto",
               name: str | None = None, step: int = 0, sparse_algorithm: str = "auto",
-              k: int | None = None, stats: dict | None = None) -> Any:
+              k: int | None = None, stats: dict | None = None, hierarchy: str = "auto") -> Any:
     """Reduce ``buf`` over all ranks of ``comm``; every rank gets the same bits.
 
     Args:
         buf: numpy array, torch tensor (CPU or CUDA, contiguous or not), CuPy array, or any
             object with ``__cuda_array_interface__``. Left untouched unless ``out is buf``.
         op: "sum", "avg", "min", "max" or "prod" ("avg" needs a floating-point dtype).
-        algorithm: "auto" (the cost model picks), "ring", "tree", "recursive_doubling",
-            "rabenseifner", or the engines' own "mpi" / "torch".
+        algorithm: "auto" (the cost model picks, flat or two-level), "ring", "tree",
+            "recursive_doubling", "rabenseifner", "two_level" (reduce-scatter inside each
+            host, shards allreduced across hosts by ``two_level.CROSS``, allgather inside
+            the host), or the engines' own "mpi" / "torch".
         comm: None (the job: MPI.COMM_WORLD, or under torchrun the initialized
             torch.distributed default group), an mpi4py communicator, a torch.distributed
             ProcessGroup, or a :class:`collectives.Communicator`.
@@ -127,8 +141,9 @@ def allreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any =
             communicator raises ``CommunicatorUnusable`` on every later call.
         validate: check first, in one small allgather, that every rank makes the same call
             with every argument that changes what ranks exchange (count, dtype, op,
-            algorithm; with a compressor also its spec, scheme, feedback, sparse_algorithm, k,
-            and name and step where they seed shared randomness); a mismatch raises
+            algorithm and, where it may run two_level, ``two_level.CROSS``; with a compressor
+            also its spec, scheme, feedback, sparse_algorithm, k, hierarchy, and name and step
+            where they seed shared randomness); a mismatch raises
             ``MismatchError`` on every rank. Default ``collectives.defaults.validate``.
             ``validate=False`` saves that allgather and checks nothing: ranks that disagree
             may then hang until ``timeout`` or get different results.
@@ -140,6 +155,17 @@ def allreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any =
         sparse_algorithm, k: sparse allreduce algorithm for the sparse scheme; k = result
             size of "gtopk".
         stats: a dict to fill with the scheme used, compress/decompress seconds and bytes sent.
+        hierarchy: how a compressed allreduce crosses hosts. "two_level": reduce-scatter
+            inside each host in the buffer's own precision, each local rank compresses its
+            own shard and allreduces it across hosts with ``scheme`` (error feedback keyed
+            ``f"{name}@shard{local_rank}"``, kept by the rank that sends that shard), then
+            allgather inside the host: only what crosses hosts is compressed. "flat": every
+            rank compresses the whole buffer and the scheme runs over all ranks. "auto"
+            (default): two-level where the job has several hosts, each with the same number
+            (more than one) of ranks; flat on one host, with one rank per host, on hosts of
+            different sizes (their shards would not line up) and for compressors that
+            compress matrices (PowerSGD: a shard is no matrix). Without a compressor it must
+            stay "auto": pass ``algorithm="two_level"`` instead.
 
     Example::
 
@@ -151,7 +177,7 @@ def allreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any =
     return iallreduce(buf, op=op, algorithm=algorithm, comm=comm, out=out, timeout=timeout,
                       validate=validate, compressor=compressor, feedback=feedback,
                       scheme=scheme, name=name, step=step, sparse_algorithm=sparse_algorithm,
-                      k=k, stats=stats).wait()
+                      k=k, stats=stats, hierarchy=hierarchy).wait()
 
 
 def reduce_scatter(buf: Any, *, op: str = "sum", comm: Any = None,

@@ -15,19 +15,25 @@ is the ``cost`` of its module, registered with the algorithm in ``collectives.al
                         paced by the root, whose one link carries a segment per child:
                         (L + k - 1)*(alpha + L*s*beta) + k*L*s*gamma    (reduce, L children)
                         + (L + k - 1)*(alpha + L*s*beta)                (broadcast)
+    two_level           per link class, on the hosts the parameters describe (see
+                        ``collectives.algorithms.two_level.cost``)
 
-alpha and beta come from a probe: every rank exchanges messages of several sizes with its ring
-neighbours at once (so links are loaded as during a collective); beta is the marginal time per
-byte between the two largest sizes and alpha the time of the smallest (8 bytes);
-gamma times the C++ reduction kernel. The per-rank values are
-combined (maximum: the slowest link paces a collective) so every rank holds the same model
-and "auto" picks the same algorithm everywhere.
+Two link classes (``collectives.costparams``): inside a host and across hosts. The flat
+algorithms pay the flat link (alpha, beta), the slowest hop of their steps; the two-level
+algorithm pays each class for its own steps. alpha and beta come from a probe: every rank
+exchanges messages of several sizes with its ring neighbours at once (so links are loaded as
+during a collective); beta is the marginal time per byte between the two largest sizes and
+alpha the time of the smallest (8 bytes). On a communicator of several hosts with several
+ranks on some host, the same probe runs once more inside the hosts (every host at once) and
+once across them (each rank with the ranks of its local index on the other hosts, every local
+index at once, so ranks that share a host's uplink share it in the probe too). gamma times the
+C++ reduction kernel. The per-rank values are combined (maximum: the slowest link paces a
+collective) so every rank holds the same model and "auto" picks the same algorithm everywhere.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,23 +41,14 @@ from compressors.dtypes import BY_NAME
 
 from .algorithms import REGISTRY, modeled
 from .config import check_timeout, defaults
+from .costparams import CostParams, Link
 from .ops import combine
+from .topology import host_comms, topology
 from .transport.base import Communicator, wait_all
 from .tuning import lookup
 
-
-@dataclass(frozen=True)
-class CostParams:
-    """Fitted machine parameters (seconds, seconds per byte)."""
-
-    alpha: float
-    beta: float
-    gamma: float
-
-    def __post_init__(self) -> None:
-        for name in ("alpha", "beta", "gamma"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+#: Message sizes of the probe of each link class (a second and third probe, kept short).
+CLASS_SIZES = (8, 1 << 20, 4 << 20)
 
 
 def predict(algorithm: str, p: int, nbytes: int, c: CostParams,
@@ -74,7 +71,14 @@ def __getattr__(name: str) -> tuple[str, ...]:
 
 
 def _probe_exchange(comm: Communicator, nbytes: int, reps: int,
-                    timeout: float | None = None) -> float:
+                    timeout: float | None = None, *, sync: Communicator | None = None) -> float:
+    """Median seconds of one exchange of ``nbytes`` with both ring neighbours on ``comm``.
+
+    ``sync``: the communicator whose barrier starts every repetition and whose sequence gives
+    the tags (default ``comm``); a sub-communicator's probe syncs on the communicator it was
+    split from, so that every host's (or every local index's) probe runs at once, and a rank
+    alone on its sub-communicator only takes part in the barriers."""
+    sync = sync or comm
     p, r = comm.size, comm.rank
     # Both buffers written before timing: a zero-filled buffer is mapped to the kernel's one
     # zero page until written, and sending it reads one cached page, not nbytes of memory
@@ -83,14 +87,37 @@ def _probe_exchange(comm: Communicator, nbytes: int, reps: int,
     recv = np.ones(nbytes, dtype=np.uint8)
     times = []
     for _ in range(reps):
-        tag = comm.next_tag()
-        comm.barrier(timeout=timeout)
+        tag = sync.next_tag()
+        sync.barrier(timeout=timeout)
         t0 = time.perf_counter()
-        reqs = [comm.irecv(recv, (r - 1) % p, tag, "cost-model probe"),
-                comm.isend(send, (r + 1) % p, tag, "cost-model probe")]
-        wait_all(reqs, collective="cost-model probe", timeout=timeout)
+        if p > 1:
+            reqs = [comm.irecv(recv, (r - 1) % p, tag, "cost-model probe"),
+                    comm.isend(send, (r + 1) % p, tag, "cost-model probe")]
+            wait_all(reqs, collective="cost-model probe", timeout=timeout)
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
+
+
+def _line(comm: Communicator, sizes: tuple[int, ...], reps: int, timeout: float | None,
+          sync: Communicator | None = None) -> list[float]:
+    """This rank's [alpha, beta] of the probe on ``comm``: beta is the marginal time per byte
+    between the two largest probes (a rate limiter's burst allowance, or caches, make the
+    first megabyte cheaper than the rest, and a line through all sizes took that for
+    bandwidth), alpha the time of the smallest exchange. [0, 0] on a rank alone."""
+    # Small exchanges get more repeats: where ranks share cores their time is bimodal (all
+    # scheduled: microseconds; one waiting for a time slice: ~100x that) and the median of a
+    # few lands anywhere between.
+    kw = {} if sync is None else {"sync": sync}
+    t = np.array([_probe_exchange(comm, m, reps if m >= 1 << 20 else 5 * reps, timeout, **kw)
+                  for m in sizes])
+    if comm.size == 1:
+        return [0.0, 0.0]
+    m = np.array(sizes, dtype=np.float64)
+    beta = (t[-1] - t[-2]) / (m[-1] - m[-2])
+    if not beta > 0:  # noise swamped the difference: fall back to the largest probe's rate
+        beta = t[-1] / m[-1]
+    alpha = float(t[0] - beta * m[0])  # the smallest exchange: all latency
+    return [max(alpha, 1e-7), max(beta, 1e-12)]
 
 
 def measure_gamma(nbytes: int = 32 << 20, reps: int = 3) -> float:
@@ -109,33 +136,35 @@ def measure_gamma(nbytes: int = 32 << 20, reps: int = 3) -> float:
 
 def fit(comm: Communicator, sizes: tuple[int, ...] = (8, 1 << 12, 1 << 16, 4 << 20, 16 << 20),
         reps: int = 5, *, timeout: float | None = None) -> CostParams:
-    """Fit alpha, beta (probe of ``comm``) and gamma (kernel timing); collective, same on all.
+    """Fit alpha, beta (probe of ``comm``), the link classes and gamma (kernel timing);
+    collective, the same on all ranks.
 
     ``timeout`` bounds each of the probe's waits (None: ``collectives.defaults.timeout``).
     Every rank ends with the same parameters: each rank's values are gathered and the
-    slowest taken, so "auto" decides the same on every rank.
-
-    Two regimes, fitted apart: beta is the marginal time per byte between the two largest
-    probes (a rate limiter's burst allowance, or caches, make the first megabyte cheaper than
-    the rest, and a line through all sizes took that for bandwidth), alpha the time of the
-    smallest exchange."""
+    slowest taken, so "auto" decides the same on every rank. The hosts come from
+    ``collectives.topology``: on one host the flat fit is the intra-host class, with one rank
+    per host the cross-host class; otherwise each class is probed on the intra-host and
+    cross-host sub-communicators (``CLASS_SIZES``), every rank taking part alike."""
     if comm.size == 1:
         return CostParams(0.0, 0.0, measure_gamma())
-    # Small exchanges get more repeats: where ranks share cores their time is bimodal (all
-    # scheduled: microseconds; one waiting for a time slice: ~100x that) and the median of a
-    # few lands anywhere between.
-    t = np.array([_probe_exchange(comm, m, reps if m >= 1 << 20 else 5 * reps, timeout)
-                  for m in sizes])
-    m = np.array(sizes, dtype=np.float64)
-    beta = (t[-1] - t[-2]) / (m[-1] - m[-2])
-    if not beta > 0:  # noise swamped the difference: fall back to the largest probe's rate
-        beta = t[-1] / m[-1]
-    alpha = float(t[0] - beta * m[0])  # the smallest exchange: all latency
-    mine = np.array([max(alpha, 1e-7), max(beta, 1e-12), measure_gamma()], dtype=np.float64)
-    table = comm.allgather_ints(mine.view(np.int64), collective="cost-model fit",
-                                timeout=timeout)
-    worst = table.view(np.float64).max(axis=0)  # slowest rank paces the collective
-    return CostParams(*map(float, worst))
+    topo = topology(comm, timeout=timeout)
+    mine = [*_line(comm, sizes, reps, timeout), measure_gamma()]
+    both = 1 < topo.n_hosts < comm.size
+    if both:
+        subs = host_comms(comm, timeout=timeout)
+        for sub in (subs.intra, subs.cross):
+            mine += _line(sub, CLASS_SIZES, reps, timeout, sync=comm)
+    table = comm.allgather_ints(np.array(mine, dtype=np.float64).view(np.int64),
+                                collective="cost-model fit", timeout=timeout)
+    worst = [float(v) for v in table.view(np.float64).max(axis=0)]  # slowest rank paces it
+    flat = Link(worst[0], worst[1])
+    if both:
+        intra, cross = Link(*worst[3:5]), Link(*worst[5:7])
+    elif topo.n_hosts == 1:  # one host: the flat link is the intra-host class
+        intra, cross = flat, None
+    else:  # one rank per host: the flat link is the cross-host class
+        intra, cross = None, flat
+    return CostParams(*worst[:3], intra=intra, cross=cross, hosts=topo.sizes)
 
 
 def params(comm: Communicator, *, timeout: float | None = None) -> CostParams:
@@ -148,8 +177,20 @@ def params(comm: Communicator, *, timeout: float | None = None) -> CostParams:
     return cached
 
 
+def level_params(sub: Communicator, c: CostParams, level: str) -> CostParams:
+    """The parameters of ``sub``, a sub-communicator of one link class of a communicator
+    whose parameters are ``c`` ("intra": the ranks of one host; "cross": one rank per host):
+    that class as its flat link. Kept on ``sub`` where it has none, so that choosing an
+    algorithm there reads them instead of probing midway through a two-level call."""
+    if sub.cache.cost_params is None:
+        hosts = (sub.size,) if level == "intra" else (1,) * sub.size
+        sub.cache.cost_params = c.on(level, hosts)
+    return sub.cache.cost_params
+
+
 def predicted_best(p: int, nbytes: int, c: CostParams) -> str:
-    """The modeled algorithm with the least predicted time (ties: the first name)."""
+    """The modeled algorithm with the least predicted time (ties: the first name; on one host
+    two_level ties with the ring it runs there, and "ring" comes first)."""
     return min((a.name for a in modeled()), key=lambda a: (predict(a, p, nbytes, c), a))
 
 

@@ -20,6 +20,11 @@ input) to the communication of its payload of B bytes (for n elements of V bytes
     allgather                (p-1) alpha + (p-1) B beta + p decodes of n + (p-1) nV gamma
     sparse                   the sparse allreduce of the payload's k entries
 
+A two-level compressed allreduce (H hosts of L ranks, ``compressed.hierarchical``) pays the
+ring reduce-scatter and allgather of the whole buffer inside the host on the intra-host link
+class, and the scheme's price of one shard (n/L elements, B/L bytes, 1/L of the coding) over
+H ranks on the cross-host class: only the bytes that cross hosts meet the cross-host link.
+
 Each formula is the ``price`` of its registry entry, beside the code it prices: sparse
 allreduces in ``collectives.sparse.ALGORITHMS``, compressed schemes in
 ``collectives.compressed.SCHEMES``, dense algorithms in ``collectives.algorithms``. The
@@ -135,3 +140,31 @@ def predicted_bytes(scheme: str, p: int, payload_bytes: int, entries: int = 0,
     if scheme not in SCHEMES:
         raise ValueError(f"no byte count for scheme {scheme!r}")
     return SCHEMES[scheme].wire_bytes(p, payload_bytes, entries, entry_bytes)
+
+
+def two_level_costs(scheme: str, p: int, numel: int, value_bytes: int, payload_bytes: int,
+                    c: CostParams, compress_s_per_byte: float, decompress_s_per_byte: float,
+                    sparse_k: int = 0, segment: int | None = None) -> tuple[float, float]:
+    """(communication, codec) seconds of a two-level compressed allreduce of ``numel``
+    elements on the hosts ``c.layout(p)`` (module doc); arguments as ``scheme_costs``."""
+    from .compressed import SCHEMES, hierarchical
+
+    if scheme not in SCHEMES:
+        raise ValueError(f"no price for scheme {scheme!r}")
+    n_bytes = numel * value_bytes
+    load = SchemeLoad(p, numel, value_bytes, payload_bytes, compress_s_per_byte * n_bytes,
+                      decompress_s_per_byte * n_bytes, sparse_k, segment)
+    return hierarchical.price(scheme, load, c)
+
+
+def two_level_bytes(scheme: str, hosts: int, local: int, nbytes: int, shard_payload_bytes: int,
+                    entries: int = 0, entry_bytes: int = 8) -> tuple[float, float]:
+    """(inside, across) bytes one rank sends in a two-level compressed allreduce of ``nbytes``
+    on ``hosts`` hosts of ``local`` ranks: 2(L-1)/L nbytes inside its host, and the scheme's
+    ``wire_bytes`` at p = H for its shard's payload across hosts (metadata left out)."""
+    from .compressed import SCHEMES, hierarchical
+
+    if scheme not in SCHEMES:
+        raise ValueError(f"no byte count for scheme {scheme!r}")
+    return hierarchical.wire_bytes(scheme, hosts, local, nbytes, shard_payload_bytes, entries,
+                                   entry_bytes)

@@ -21,17 +21,49 @@ from collectives.config import defaults
 from collectives.sparse import ALGORITHMS as SPARSE
 from compcoll_bench.commands.collective_table import COLLECTIVES
 
+LINKS = (costmodel.Link(1e-6, 1e-10), costmodel.Link(2e-5, 8e-9))
 C = [costmodel.CostParams(10e-6, 1e-9, 0.2e-9), costmodel.CostParams(3.3e-5, 7.7e-10, 1.3e-10),
-     costmodel.CostParams(0.0, 1e-9, 0.0), costmodel.CostParams(1e-6, 0.0, 0.0)]
+     costmodel.CostParams(0.0, 1e-9, 0.0), costmodel.CostParams(1e-6, 0.0, 0.0),
+     costmodel.CostParams.of_hosts(*LINKS, 1e-10, (4, 4)),  # hosts: the two-class formulas
+     costmodel.CostParams.of_hosts(*LINKS, 1e-10, (3, 1))]
+DENSE = ("ring", "tree", "recursive_doubling", "rabenseifner", "two_level")
+
+
+def layout(p: int, hosts: tuple[int, ...]) -> tuple[int, ...]:
+    """Ranks per host of p ranks: the fitted hosts, else hosts as large as the largest."""
+    if not hosts:
+        return (p,)
+    if sum(hosts) == p:
+        return hosts
+    per = max(hosts)
+    return (per,) * (p // per) + ((p % per,) if p % per else ())
+
+
+def on(c: costmodel.CostParams, link: costmodel.Link | None) -> costmodel.CostParams:
+    """The parameters of one link class (the flat link where it is None)."""
+    link = link or costmodel.Link(c.alpha, c.beta)
+    return costmodel.CostParams(link.alpha, link.beta, c.gamma)
 PS = [1, 2, 3, 4, 5, 7, 8, 12, 17, 64]
 SIZES = [0, 1, 7, 1000, 65536, 3_000_001, 64 << 20]
 
 
-def dense_oracle(a: str, p: int, nbytes: int, c: costmodel.CostParams,
+def dense_oracle(a: str, p: int, nbytes: float, c: costmodel.CostParams,
                  segment: int | None) -> float:
     if p <= 1 or nbytes <= 0:
         return 0.0
     s, n = float(segment or defaults.segment_bytes), float(nbytes)
+    if a == "two_level":
+        sizes = layout(p, c.hosts)
+        inside, across = on(c, c.intra), on(c, c.cross)
+        if len(sizes) == 1:
+            return dense_oracle("ring", p, nbytes, c, segment)
+        if len(sizes) == p:
+            return dense_oracle("ring", p, nbytes, across, segment)
+        if len(set(sizes)) == 1:
+            return (dense_oracle("ring", sizes[0], nbytes, inside, segment)
+                    + dense_oracle("ring", len(sizes), n / sizes[0], across, segment))
+        return (dense_oracle("tree", max(sizes), nbytes, inside, segment)
+                + dense_oracle("ring", len(sizes), n, across, segment))
     pof2 = 1 << (p.bit_length() - 1)
     fold = 0.0 if p == pof2 else 2 * (c.alpha + n * c.beta) + n * c.gamma
     if a == "ring":
@@ -67,12 +99,17 @@ def sparse_oracle(a: str, p: int, n: int, k: int, c: costmodel.CostParams, ib: i
 def scheme_oracle(s: str, p: int, numel: int, vb: int, payload: int, c: costmodel.CostParams,
                   cs: float, ds: float, k: int, segment: int | None) -> tuple[float, float]:
     n_bytes = numel * vb
-    comp, decomp = cs * n_bytes, ds * n_bytes
+    return coded_oracle(s, p, numel, vb, payload, c, cs * n_bytes, ds * n_bytes, k, segment)
+
+
+def coded_oracle(s: str, p: int, numel: int, vb: int, payload: int, c: costmodel.CostParams,
+                 comp: float, decomp: float, k: int, segment: int | None
+                 ) -> tuple[float, float]:
+    n_bytes = numel * vb
     if p <= 1:
         return 0.0, comp + decomp
     if s == "dense":
-        return min(dense_oracle(a, p, payload, c, segment) for a in
-                   ("ring", "tree", "recursive_doubling", "rabenseifner")), comp + decomp
+        return min(dense_oracle(a, p, payload, c, segment) for a in DENSE), comp + decomp
     if s == "reduce_scatter_allgather":
         return (2 * (p - 1) * c.alpha + 2 * (p - 1) / p * payload * c.beta,
                 comp + comp / p + 2 * decomp + (p - 1) / p * n_bytes * c.gamma)
@@ -82,6 +119,23 @@ def scheme_oracle(s: str, p: int, numel: int, vb: int, payload: int, c: costmode
     assert s == "sparse"
     return (min(sparse_oracle(a, p, numel, k, c, 4, vb) for a in
                 ("ssar_recursive_doubling", "ssar_split_allgather", "dsar")), comp + decomp)
+
+
+def two_level_oracle(s: str, p: int, numel: int, vb: int, payload: int,
+                     c: costmodel.CostParams, cs: float, ds: float, k: int,
+                     segment: int | None) -> tuple[float, float]:
+    """The ring inside the host on the intra class; the scheme on one shard (n/L elements,
+    B/L bytes, k/L entries, 1/L of the coding) over the H hosts on the cross class."""
+    sizes = layout(p, c.hosts)
+    hosts, local = len(sizes), sizes[0]
+    inside = dense_oracle("ring", local, numel * vb, on(c, c.intra), segment)
+    if hosts == 1:
+        return inside, 0.0
+    comm, codec = coded_oracle(s, hosts, math.ceil(numel / local), vb,
+                               math.ceil(payload / local), on(c, c.cross),
+                               cs * (numel * vb) / local, ds * (numel * vb) / local,
+                               math.ceil(k / local), segment)
+    return inside + comm, codec
 
 
 def bytes_oracle(s: str, p: int, payload: int, entries: int, eb: int) -> float:
@@ -123,6 +177,24 @@ def test_scheme_prices_and_bytes_are_the_formulas() -> None:
     for s, p, payload, (e, eb) in itertools.product(SCHEMES, PS, (0, 1, 12345),
                                                     ((0, 8), (100, 8), (77, 6))):
         assert pricing.predicted_bytes(s, p, payload, e, eb) == bytes_oracle(s, p, payload, e, eb)
+
+
+def test_two_level_scheme_prices_and_bytes_are_the_formulas() -> None:
+    uniform = [c for c in C if len(set(c.hosts)) <= 1]
+    grid = itertools.product(SCHEMES, uniform, (1, 2, 4, 8, 12, 64), SIZES[:-1], (2, 4),
+                             ((0.0, 0.0), (1e-10, 3e-10)), (0, 17), (None, 4096))
+    for s, c, p, n, vb, (cs, ds), k, seg in grid:
+        for payload in (0, 100, n // 3 + 1):
+            want = two_level_oracle(s, p, n, vb, payload, c, cs, ds, k, seg)
+            assert pricing.two_level_costs(s, p, n, vb, payload, c, cs, ds, k, seg) == want, \
+                (s, c, p, n, vb, payload, k, seg)
+    for s, hosts, local, payload, (e, eb) in itertools.product(
+            SCHEMES, (1, 2, 3), (1, 2, 4), (0, 1, 12345), ((0, 8), (100, 8))):
+        inside = 2 * (local - 1) / local * 4096 if local > 1 else 0.0
+        assert pricing.two_level_bytes(s, hosts, local, 4096, payload, e, eb) == (
+            inside, bytes_oracle(s, hosts, payload, e, eb))
+    with pytest.raises(ValueError, match="hosts of the same size"):
+        pricing.two_level_costs("dense", 4, 100, 4, 100, C[-1], 0.0, 0.0)
 
 
 @pytest.mark.parametrize("p", PS)

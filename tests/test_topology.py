@@ -140,12 +140,12 @@ class _Done(Request):
         return True
 
 
-def test_two_level_is_registered_unpriced_and_refuses_itself_across_hosts(monkeypatch) -> None:
+def test_two_level_is_registered_priced_and_refuses_itself_across_hosts(monkeypatch) -> None:
     entry = REGISTRY["two_level"]
-    assert entry.ours and entry.cost is None  # "auto" waits for link classes in the model
+    assert entry.ours and entry.cost is two_level.cost  # per link class (costmodel)
     monkeypatch.setattr(two_level, "CROSS", "two_level")
     with pytest.raises(ValueError, match="flat algorithm"):
-        two_level._cross()
+        two_level.cross_algorithm()
 
 
 @pytest.mark.parametrize(("hosts", "local"), [(2, 2), (2, 3), (3, 2), (4, 1), (1, 4), (5, 7)])

@@ -12,7 +12,7 @@ import collectives
 from collectives import buffers, costmodel, ops
 from collectives.algorithms import REGISTRY, common, names, tree
 from collectives.errors import CollectiveTimeout
-from collectives.transport.base import Request, wait_all
+from collectives.transport.base import CommCache, Request, wait_all
 from compressors import dtypes
 
 
@@ -68,7 +68,7 @@ def test_registries_hold_every_entry() -> None:
     assert {"algorithms": names(), "modeled": list(costmodel.MODELED),
             "sparse": list(ALGORITHMS), "sparse exact": list(pricing.SPARSE_MODELED),
             "sparse parts": list(PARTS), "schemes": list(SCHEMES)} == {
-        "algorithms": [*dense, "two_level", "mpi", "torch"], "modeled": dense,
+        "algorithms": [*dense, "two_level", "mpi", "torch"], "modeled": [*dense, "two_level"],
         "sparse": [*sparse, "gtopk"],
         "sparse exact": sparse, "sparse parts": sparse,
         "schemes": ["dense", "reduce_scatter_allgather", "allgather", "sparse"]}
@@ -84,18 +84,12 @@ def test_every_algorithm_entry_prices_itself_or_says_it_cannot(entry) -> None:
             costmodel.predict(entry.name, 4, 10, c)
         return
     assert entry.wire_bytes(1, 1 << 20) == 0.0
-    if entry.cost is None:  # two-level: priced once the model has a link class per level
-        assert entry.name == "two_level" and entry.name not in costmodel.MODELED
-        with pytest.raises(ValueError, match="no cost formula"):
-            costmodel.predict(entry.name, 4, 10, c)
-    else:
-        assert entry.name in costmodel.MODELED
-        assert costmodel.predict(entry.name, 1, 1 << 20, c) == 0.0
+    assert entry.cost is not None and entry.name in costmodel.MODELED
+    assert costmodel.predict(entry.name, 1, 1 << 20, c) == 0.0
     sizes = (0, 64, 4096, 1 << 20, 64 << 20)
     for p in (2, 3, 4, 5, 8, 13):
-        if entry.cost is not None:
-            times = [costmodel.predict(entry.name, p, n, c) for n in sizes]
-            assert times[0] == 0.0 and times == sorted(times) and times[1] > 0, times
+        times = [costmodel.predict(entry.name, p, n, c) for n in sizes]
+        assert times[0] == 0.0 and times == sorted(times) and times[1] > 0, times
         sent = [entry.wire_bytes(p, n) for n in sizes]
         assert sent[0] == 0 and sent == sorted(sent) and sent[1] >= 64 * (p - 1) / p, sent
     # An algorithm moves at least what a bandwidth-optimal one does: 2(p-1)/p n.
@@ -111,8 +105,8 @@ def test_cost_fit_takes_bandwidth_from_the_largest_probes(monkeypatch) -> None:
     def probe(comm, nbytes: int, reps: int, timeout: float | None = None) -> float:
         return alpha + max(nbytes - burst, 0) * beta + min(nbytes, burst) * 0.5e-9
 
-    class Comm:
-        size = 4
+    class Comm:  # one host: the flat fit is the intra-host class
+        size, rank, cache = 4, 0, CommCache()
 
         def allgather_ints(self, values, collective="", timeout=None):
             return np.stack([np.asarray(values)] * 4)
@@ -121,6 +115,7 @@ def test_cost_fit_takes_bandwidth_from_the_largest_probes(monkeypatch) -> None:
     c = costmodel.fit(Comm())  # type: ignore[arg-type]
     assert c.beta == pytest.approx(beta, rel=1e-6)
     assert c.alpha == pytest.approx(alpha, rel=0.05)
+    assert (c.intra, c.cross, c.hosts) == (costmodel.Link(c.alpha, c.beta), None, (4,))
 
 
 def test_dtype_and_op_errors_name_the_supported_values() -> None:

@@ -16,7 +16,7 @@ from . import native, rabenseifner, recursive_doubling, ring, tree, two_level
 from .common import Job, Steps
 
 if TYPE_CHECKING:
-    from ..costmodel import CostParams
+    from ..costparams import CostParams
 
 #: cost(p, n, c, s): seconds for n bytes over p ranks, parameters c, pipeline segment s bytes.
 CostFormula = Callable[[int, float, "CostParams", float], float]
@@ -56,11 +56,11 @@ register("recursive_doubling", recursive_doubling.allreduce, "log p full-vector 
 register("rabenseifner", rabenseifner.allreduce,
          "recursive-halving reduce-scatter + recursive-doubling allgather",
          cost=rabenseifner.cost, wire_bytes=rabenseifner.wire_bytes)
-# Unpriced until the cost model has a link class inside hosts and one across them: "auto"
-# does not pick it, a caller or a plan names it.
+# Priced per link class on the hosts the cost parameters describe; on one host it ties with
+# the ring it runs there, and "auto" keeps the ring.
 register("two_level", two_level.allreduce,
          "reduce-scatter inside hosts, shards allreduced across hosts, allgather inside hosts",
-         wire_bytes=two_level.wire_bytes)
+         cost=two_level.cost, wire_bytes=two_level.wire_bytes)
 register("mpi", native.mpi, "the MPI library's MPI_Allreduce (baseline)", ours=False)
 register("torch", native.torch, "torch.distributed.all_reduce (baseline)", ours=False)
 

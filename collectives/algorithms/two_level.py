@@ -24,8 +24,8 @@ flight stay apart.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,18 +34,34 @@ from ..transport.base import Communicator
 from . import ring, tree
 from .common import Job, Steps, partition
 
+if TYPE_CHECKING:
+    from ..costparams import CostParams
+    from . import Algorithm
+
 #: the flat algorithm (a registered name) of the cross-host step; "ring" by default
 CROSS = "ring"
 
 
-def _cross() -> Callable[[Job], Steps]:
+def cross_algorithm() -> Algorithm:
+    """The registry's entry of ``CROSS`` (ValueError where it names no flat algorithm)."""
     from . import get  # the registry, which imports this module
 
     if CROSS == "two_level":
         raise ValueError("the cross-host step of two_level needs a flat algorithm (ring, "
                          "tree, recursive_doubling, rabenseifner, mpi or torch), not "
                          "two_level itself")
-    return get(CROSS).run
+    return get(CROSS)
+
+
+def prepare(comm: Communicator, *, timeout: float | None = None) -> None:
+    """Check ``CROSS`` and make what the algorithm runs on: the topology and, where there are
+    several hosts and several ranks on some host, the sub-communicators (collective on a
+    communicator's first call, each wait bounded by ``timeout``; then cached). Call it where
+    every rank calls it in the same order, before the call's first message."""
+    cross_algorithm()
+    topo = topology(comm, timeout=timeout)
+    if 1 < topo.n_hosts < comm.size:
+        host_comms(comm, timeout=timeout)
 
 
 def _on(job: Job, comm: Communicator, work: np.ndarray) -> Job:
@@ -57,7 +73,7 @@ def allreduce(job: Job) -> Steps:
     """Two-level allreduce of ``job.work`` (see the module's docstring)."""
     comm = job.comm
     topo = topology(comm)
-    cross = _cross()
+    cross = cross_algorithm().run
     if topo.n_hosts == 1:  # one host: the intra-host ring is the whole ring
         yield from ring.allreduce(job)
         return
@@ -77,6 +93,39 @@ def allreduce(job: Job) -> Steps:
         if topo.local_rank == 0:
             yield from cross(_on(job, subs.cross, job.work))
         yield from tree.broadcast(intra, 0)
+
+
+def cost(p: int, n: float, c: CostParams, s: float) -> float:
+    """Seconds on the hosts ``c.layout(p)`` describes, each step on its own link class
+    (``c.on``; the cross-host step priced by ``CROSS``'s formula, the ring's for the engines'
+    own algorithms). On H hosts of L ranks:
+
+        ring(L, n) on the intra class:  2(L-1) ceil(n/(L s)) a_i + 2(L-1)/L n b_i + (L-1)/L n g
+        + CROSS(H, n/L) on the cross class, e.g. the ring's
+                                        2(H-1) ceil(n/(L H s)) a_c + 2(H-1)/H (n/L) b_c
+                                        + (H-1)/H (n/L) g
+
+    where b_c is the per-rank rate while all L local ranks cross at once (L times the NIC's
+    where they share one: a host's uplink then carries 2(H-1)/H n each way). On one host
+    this is the ring itself, with the ring's formula on the flat link (so it never beats the
+    ring there); with one rank per host, CROSS on the cross class. Hosts of different sizes
+    (leaders): tree(largest host, n) on the intra class + CROSS(H, n) on the cross class,
+    charged at the cross class's fitted rate (the leaders cross alone: an estimate on the
+    slow side where local ranks share an uplink)."""
+    sizes = c.layout(p)
+    hosts = len(sizes)
+    if hosts == 1:
+        return ring.cost(p, n, c, s)
+    entry = cross_algorithm()
+    across = entry.cost or ring.cost
+    if hosts == p:
+        return across(p, n, c.on("cross", (1,) * p), s)
+    if len(set(sizes)) == 1:
+        local = sizes[0]
+        return (ring.cost(local, n, c.on("intra", (local,)), s)
+                + across(hosts, n / local, c.on("cross", (1,) * hosts), s))
+    return (tree.cost(max(sizes), n, c.on("intra", (max(sizes),)), s)
+            + across(hosts, n, c.on("cross", (1,) * hosts), s))
 
 
 def wire_bytes(p: int, nbytes: int) -> float:

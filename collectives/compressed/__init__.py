@@ -11,6 +11,11 @@ Schemes (registry ``SCHEMES``):
 ``scheme="auto"`` prices the feasible ones with the fitted cost model and the compressor's
 measured speed and payload size (``pricing``); an explicit scheme the compressor cannot use
 is refused with the reason and the schemes that would work.
+
+On several hosts every scheme also runs two-level (``hierarchical``, ``hierarchy=`` of
+``collectives.allreduce``): full-precision reduce-scatter inside the host, the scheme on each
+local rank's shard across hosts, allgather inside the host; ``pricing.two_level_costs`` prices
+it from the same registry entries.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``allreduce(buf, compressor=...)``: set up, validate, pick the scheme, run it."""
+"""``allreduce(buf, compressor=...)``: set up, validate, pick levels and scheme, run it."""
 
 from __future__ import annotations
 
@@ -6,40 +6,35 @@ from typing import Any
 
 import numpy as np
 
-from compressors import ErrorFeedback, kernels
-from compressors.arrays import device_empty_like, torch_from_raw
+from compressors import ErrorFeedback
+from compressors.arrays import device_empty_like
 from compressors.dtypes import lookup
 
 from .. import buffers, costmodel, ops
+from ..algorithms import two_level
 from ..config import defaults
 from ..progress import Handle
 from ..transport.base import Communicator
 from ..validation import agree, refusing
-from . import SCHEMES, candidates, check_scheme, make_ctx, ondevice, resolve_compressor
-from .checks import check_algorithms, check_feedback, fields
+from . import (
+    SCHEMES,
+    candidates,
+    check_scheme,
+    hierarchical,
+    make_ctx,
+    ondevice,
+    resolve_compressor,
+)
+from .checks import check_algorithms, check_feedback, check_hierarchy, fields
 from .select import choose
-
-
-def _input_view(work: np.ndarray, dtype: Any, shape: tuple[int, ...]) -> Any:
-    """The compressor's view of the buffer: numpy, or a torch tensor for bfloat16."""
-    if dtype.name == "bfloat16":
-        return torch_from_raw(work, "bfloat16").reshape(shape)
-    return work.reshape(shape)
-
-
-def _store(result: np.ndarray, work: np.ndarray, dtype: Any) -> None:
-    """Round the fp32/fp64 sum into the caller's dtype, in place."""
-    if dtype.itemsize == 2:
-        kernels.float_to_half(np.ascontiguousarray(result, np.float32), work, dtype.code)
-    else:
-        np.copyto(work, result, casting="same_kind")
+from .views import input_view, store
 
 
 def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedback: Any,
                           scheme: str, op: str, out: Any, name: str | None, step: int,
                           algorithm: str, sparse_algorithm: str, k: int | None,
                           timeout: float | None, validate: bool | None,
-                          stats: dict | None) -> Handle:
+                          stats: dict | None, hierarchy: str = "auto") -> Handle:
     check = defaults.validate if validate is None else validate
     with refusing(c, "compressed allreduce", check, timeout):
         comp = resolve_compressor(compressor)
@@ -51,6 +46,7 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
         check_scheme(scheme, comp)
         check_feedback(feedback, comp)
         check_algorithms(algorithm, sparse_algorithm, k)
+        check_hierarchy(hierarchy, comp, algorithm)
         shape = buffers.shape_of(buf)
         codec = ondevice.route(buf, out, comp, feedback)
         if codec is not None:  # compressed on the device: only payloads cross to the host
@@ -71,12 +67,22 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
     if check:
         agree(c, "compressed allreduce", fields(comp, feedback, scheme, op, algorithm,
                                                 sparse_algorithm, k, name, step,
-                                                numel, dtype), timeout)
+                                                numel, dtype, hierarchy), timeout)
+    # Set-up collectives (topology, sub-communicators, the model's fit) come now, in call
+    # order on every rank, before the call's first message.
+    lv = hierarchical.levels(c, hierarchy, comp, timeout)
+    options = {"algorithm": algorithm, "sparse_algorithm": sparse_algorithm, "k": k}
+    if lv is not None:  # staged through host memory: the host-level steps run there
+        if prepared is None:
+            prepared = buffers.prepare(buf, out, copy_input=False)
+        return hierarchical.start(c, lv, prepared, comp, feedback, scheme, schemes, op,
+                                  name or "buffer", step, timeout, stats, options)
+    if algorithm in ("auto", "two_level"):  # the dense scheme's algorithm may be two_level
+        two_level.prepare(c, timeout=timeout)
     if "auto" in (scheme, algorithm, sparse_algorithm):
         costmodel.ready(c, timeout=timeout)  # collectively, not midway through the scheme
     if scheme == "auto":
         scheme = choose(c, comp, numel, dtype.itemsize, schemes)
-    options = {"algorithm": algorithm, "sparse_algorithm": sparse_algorithm, "k": k}
     if codec is not None and scheme in ondevice.SCHEMES:
         return _on_device(c, buf, out, comp, feedback, scheme, op, name, step, codec, dtype,
                           timeout, stats, options)
@@ -87,7 +93,7 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
     ops.prescale(prepared.work, dtype, op, c.size)  # fp16/bf16 average: divide first
     source = prepared.source if prepared.source is not None else prepared.work
     ctx = make_ctx(c, c.next_tag(), comp, feedback, name or "buffer", step,
-                   _input_view(source, dtype, shape), dtype, **options)
+                   input_view(source, dtype, shape), dtype, **options)
     # Every scheme reads its input before writing the sum, so the sum may land in the
     # caller's buffer directly when no rounding to a narrower dtype is needed.
     direct = prepared.work.dtype == ctx.acc
@@ -96,10 +102,11 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
 
     def finish() -> Any:
         if not direct:
-            _store(ctx.out, prepared.work, dtype)
+            store(ctx.out, prepared.work, dtype)
         ops.finish(prepared.work, dtype, op, c.size)  # fp32/fp64 average: divide after
         if stats is not None:
-            stats.update(ctx.stats, scheme=scheme, bytes_sent=c.bytes_sent - sent_before)
+            stats.update(ctx.stats, scheme=scheme, hierarchy="flat",
+                         bytes_sent=c.bytes_sent - sent_before)
         return prepared.finish()
 
     return Handle(SCHEMES[scheme].run(ctx), finish, f"compressed allreduce[{scheme}]",

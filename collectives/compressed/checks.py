@@ -12,6 +12,7 @@ from compressors.payload import checksum_enabled
 from .. import ops
 from ..algorithms import get as get_algorithm
 from ..algorithms import names as algorithm_names
+from ..algorithms import two_level
 from ..sparse import ALGORITHMS as SPARSE_ALGORITHMS
 from ..validation import digest
 from . import SCHEMES, compressor_digest
@@ -51,6 +52,22 @@ def check_algorithms(algorithm: str, sparse_algorithm: str, k: int | None) -> No
         raise ValueError(f"k must be a non-negative int (entries gtopk keeps), got {k!r}")
 
 
+#: How a compressed allreduce may cross hosts (see ``collectives.allreduce``).
+HIERARCHIES = ("auto", "flat", "two_level")
+
+
+def check_hierarchy(hierarchy: str, comp: Compressor, algorithm: str) -> None:
+    """Unknown hierarchies, and compressors whose payloads a shard cannot carry, raise here."""
+    if hierarchy not in HIERARCHIES:
+        raise ValueError(f"unknown hierarchy {hierarchy!r}; available: "
+                         f"{', '.join(HIERARCHIES)}")
+    if hierarchy == "two_level" and comp.capabilities.allreduce_steps:
+        raise ValueError(f"hierarchy='two_level' cannot carry {comp.name}: it compresses "
+                         "matrices and a host's shard is a flat slice; use hierarchy='flat'")
+    if algorithm == "two_level":
+        two_level.cross_algorithm()
+
+
 def feedback_digest(feedback: ErrorFeedback | None) -> int:
     """0 without feedback, else a fingerprint of its kind and settings (they decide whether
     the fused kernel runs, and with it how a tensor is cut into pipelined segments)."""
@@ -62,7 +79,7 @@ def feedback_digest(feedback: ErrorFeedback | None) -> int:
 
 def fields(comp: Compressor, feedback: ErrorFeedback | None, scheme: str, op: str,
            algorithm: str, sparse_algorithm: str, k: int | None, name: str | None, step: int,
-           count: int, dtype: DType) -> dict[str, int]:
+           count: int, dtype: DType, hierarchy: str = "auto") -> dict[str, int]:
     """Every argument that changes what the ranks exchange, as ints every rank must share."""
     out = {
         "element count": count,
@@ -75,6 +92,9 @@ def fields(comp: Compressor, feedback: ErrorFeedback | None, scheme: str, op: st
         "sparse_algorithm": -1 if sparse_algorithm == "auto"
         else list(SPARSE_ALGORITHMS).index(sparse_algorithm),
         "k": -1 if k is None else k,
+        # two_level.CROSS runs where the dense algorithm is (or may be) two_level
+        "hierarchy (and two_level.CROSS)": digest(
+            f"{hierarchy}/{two_level.CROSS if algorithm in ('auto', 'two_level') else ''}"),
         # payload sizes count the checksum (compressors.payload.set_checksum)
         "payload checksum (compressors.payload.set_checksum)": int(checksum_enabled()),
     }

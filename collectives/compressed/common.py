@@ -39,6 +39,13 @@ class Ctx:
     out: np.ndarray | None = None
     stats: dict[str, float] = field(default_factory=lambda: {"compress_s": 0.0,
                                                              "decompress_s": 0.0})
+    #: tags drawn for the call before its first message, for a scheme that starts midway
+    #: through a call (a two-level call's cross-host step); None: draw from ``comm``
+    tags: list[int] | None = None
+
+    def next_tag(self) -> int:
+        """A tag for another message stream of this call, the same on every rank."""
+        return self.comm.next_tag() if self.tags is None else self.tags.pop(0)
 
     @contextmanager
     def timed(self, key: str) -> Iterator[None]:

@@ -39,7 +39,7 @@ def run(ctx: Ctx) -> Steps:
     # Segments run interleaved on tags of their own; every rank takes the same tags, in the
     # same order, before the first message goes out.
     cuts = partition(n, count)
-    tags = [ctx.tag] + [ctx.comm.next_tag() for _ in cuts[1:]]
+    tags = [ctx.tag] + [ctx.next_tag() for _ in cuts[1:]]
     flat = ctx.x.reshape(-1)
     starts = np.cumsum([0] + [b - a for a, b in owned_ranges(n, p, r, count)]).tolist()
     yield from concurrently([

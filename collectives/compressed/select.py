@@ -13,6 +13,7 @@ import numpy as np
 from compressors import Compressor
 
 from .. import costmodel, pricing
+from ..costparams import CostParams
 from ..transport.base import Communicator
 
 _PROBE = 1 << 18
@@ -44,14 +45,17 @@ def measure(comm: Communicator, comp: Compressor) -> tuple[float, float, float, 
 
 
 def choose(comm: Communicator, comp: Compressor, numel: int, value_bytes: int,
-           schemes: list[str]) -> str:
-    """The scheme of least predicted time among ``schemes``."""
-    c = costmodel.params(comm)
+           schemes: list[str], *, p: int | None = None, cost: CostParams | None = None) -> str:
+    """The scheme of least predicted time among ``schemes`` for ``numel`` elements over ``p``
+    ranks (default: ``comm``'s) linked as ``cost`` says (default: ``comm``'s fit); the
+    compressor is measured on ``comm``."""
+    c = cost or costmodel.params(comm)
     cs, ds, per_elem, kept = measure(comm, comp)
     payload = int(per_elem * numel)
     k = int(kept * numel)
+    ranks = comm.size if p is None else p
 
     def price(s: str) -> float:
-        return pricing.predict_scheme(s, comm.size, numel, value_bytes, payload, c, cs, ds, k)
+        return pricing.predict_scheme(s, ranks, numel, value_bytes, payload, c, cs, ds, k)
 
     return min(schemes, key=lambda s: (price(s), s))

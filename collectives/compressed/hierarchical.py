@@ -1,0 +1,182 @@
+"""Two-level compressed allreduce: only what crosses hosts is compressed.
+
+On H hosts of L ranks the buffer is cut into L shards (sizes differ by at most one element).
+A ring reduce-scatter inside each host, in the buffer's own precision, leaves local rank i
+with shard i summed over its host; each local rank then runs the compressed scheme on its own
+shard across hosts, on the cross-host communicator of its local index (the L of them in
+parallel), and a ring allgather inside the host puts the shards back together. Error feedback
+is keyed ``f"{name}@shard{i}"``: the residual of what this rank sent, kept by the rank that
+sends it (the reduce-scatter/allgather scheme's owner-side residual under
+``f"{name}@shard{i}@owner"``). Every rank of a cross-host communicator ends with the same bits
+of its shard (each scheme promises it) and the allgather only copies them, so every rank ends
+with identical bits.
+
+Each rank encodes and decodes only its shard (1/L of the flat call's codec work), and only
+the shard's payload crosses hosts: ``price`` charges the intra-host steps to the intra class
+and the scheme on the shard to the cross class, ``wire_bytes`` counts each level's bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from compressors import Compressor, ErrorFeedback
+
+from .. import costmodel, ops
+from ..algorithms import ring, two_level
+from ..algorithms.common import Job, Steps, partition
+from ..buffers import Prepared
+from ..config import defaults
+from ..costparams import CostParams
+from ..pricing import SchemeLoad
+from ..progress import Handle
+from ..topology import host_comms, topology
+from ..transport.base import Communicator
+from . import SCHEMES, make_ctx, rsag
+from .select import choose, measure
+from .views import input_view, store
+
+
+@dataclass(frozen=True)
+class Levels:
+    """Where a two-level call runs on one rank: ``intra`` (None with one rank per host),
+    ``cross`` (None on one host: nothing crosses hosts), its local index and the hosts."""
+
+    intra: Communicator | None
+    cross: Communicator | None
+    local_rank: int
+    local_size: int
+    n_hosts: int
+
+
+def levels(c: Communicator, hierarchy: str, comp: Compressor,
+           timeout: float | None) -> Levels | None:
+    """The levels of a call with ``hierarchy``, or None for a flat call (collective on the
+    communicator's first call: the topology, then the sub-communicators, each wait bounded by
+    ``timeout``). "auto" is two-level on several hosts of the same size, more than one rank
+    each, for compressors that take flat slices."""
+    if hierarchy == "flat" or c.size == 1:
+        return None
+    topo = topology(c, timeout=timeout)
+    if hierarchy == "auto" and not (1 < topo.n_hosts < c.size and topo.uniform
+                                    and not comp.capabilities.allreduce_steps):
+        return None
+    if not topo.uniform:
+        raise ValueError(f"hierarchy='two_level' needs hosts of the same size (shards line up "
+                         f"across hosts), but the hosts hold {list(topo.sizes)} ranks; use "
+                         "hierarchy='flat' (or 'auto', which is flat there)")
+    if topo.n_hosts == 1:
+        return Levels(c, None, topo.local_rank, topo.local_size, 1)
+    if topo.n_hosts == c.size:
+        return Levels(None, c, 0, 1, c.size)
+    subs = host_comms(c, timeout=timeout)
+    return Levels(subs.intra, subs.cross, topo.local_rank, topo.local_size, topo.n_hosts)
+
+
+def _decide(c: Communicator, lv: Levels, comp: Compressor, scheme: str, schemes: list[str],
+            numel: int, value_bytes: int, options: dict, timeout: float | None
+            ) -> tuple[str, dict]:
+    """The cross-host step's scheme and dense algorithm, decided before the first message,
+    alike on every rank (priced for the largest shard on the cross class). Its sparse
+    algorithm, decided on the payload, reads the cross class kept on the sub-communicator."""
+    algorithm = options["algorithm"]
+    if algorithm == "two_level":  # with one rank per host, two_level is its cross step
+        algorithm = two_level.CROSS
+    if "auto" in (scheme, algorithm, options["sparse_algorithm"]):
+        cost = costmodel.params(c, timeout=timeout)
+        if lv.cross is not c:
+            cost = costmodel.level_params(lv.cross, cost, "cross")  # type: ignore[arg-type]
+        shard = -(-numel // lv.local_size)
+        if scheme == "auto":
+            scheme = choose(c, comp, shard, value_bytes, schemes, p=lv.n_hosts, cost=cost)
+        if algorithm == "auto":
+            payload = int(measure(c, comp)[2] * shard)
+            algorithm = costmodel.predicted_best(lv.n_hosts, payload, cost)
+    return scheme, {**options, "algorithm": algorithm}
+
+
+def start(c: Communicator, lv: Levels, prepared: Prepared, comp: Compressor,
+          feedback: ErrorFeedback | None, scheme: str, schemes: list[str], op: str, name: str,
+          step: int, timeout: float | None, stats: dict | None, options: dict) -> Handle:
+    """Start the two-level call on ``prepared`` (see the module's docstring)."""
+    dtype, work = prepared.dtype, prepared.work
+    prepared.load()  # the reduce-scatter sums in place, in the output buffer
+    ops.prescale(work, dtype, op, c.size)  # fp16/bf16 average: divide first
+    blocks = partition(work.size, lv.local_size)
+    lo, hi = blocks[lv.local_rank]
+    tag = c.next_tag()
+    # the segments of reduce_scatter_allgather take tags of their own, drawn now, as many on
+    # every rank (the scheme starts midway through the call, when ranks are out of step)
+    spare = [c.next_tag() for _ in range(rsag.MAX_SEGMENTS - 1)]
+    seg = max(1, defaults.segment_bytes // dtype.itemsize)
+    intra = None if lv.intra is None else Job(lv.intra, work, dtype, "sum", tag, seg,
+                                              "two-level compressed allreduce")
+    inner, direct = None, True
+    if lv.cross is not None:
+        scheme, options = _decide(c, lv, comp, scheme, schemes, work.size, dtype.itemsize,
+                                  options, timeout)
+        inner = make_ctx(lv.cross, tag, comp, feedback, f"{name}@shard{lv.local_rank}", step,
+                         input_view(work[lo:hi], dtype, (hi - lo,)), dtype, **options)
+        inner.tags = spare
+        # every scheme reads its input before writing the sum: the shard may take it
+        direct = work.dtype == inner.acc
+        inner.out = work[lo:hi] if direct else inner.buffer("result", hi - lo)
+    sent, crossed = c.bytes_sent, 0 if lv.cross is None else lv.cross.bytes_sent
+
+    def steps() -> Steps:
+        if intra is not None:
+            yield from ring.reduce_scatter(intra, blocks)
+        if inner is not None:
+            yield from SCHEMES[scheme].run(inner)
+            if not direct:
+                store(inner.out, work[lo:hi], dtype)
+        if intra is not None:
+            yield from ring.allgather(intra, blocks)
+
+    def finish() -> Any:
+        ops.finish(work, dtype, op, c.size)  # fp32/fp64 average: divide after
+        if stats is not None:
+            stats.update({"compress_s": 0.0, "decompress_s": 0.0} if inner is None
+                         else inner.stats, scheme=scheme if inner else None,
+                         hierarchy="two_level", bytes_sent=c.bytes_sent - sent,
+                         cross_bytes_sent=0 if lv.cross is None
+                         else lv.cross.bytes_sent - crossed)
+        return prepared.finish()
+
+    return Handle(steps(), finish, f"compressed allreduce[two_level, {scheme}]", timeout)
+
+
+def price(scheme: str, load: SchemeLoad, c: CostParams) -> tuple[float, float]:
+    """(communication, codec) seconds on the hosts ``c.layout(load.p)`` (H hosts of L ranks):
+    the ring reduce-scatter and allgather of all n bytes inside the host on the intra class,
+    2(L-1) ceil(n/(L s)) a_i + 2(L-1)/L n b_i + (L-1)/L n g, plus the scheme's price of one
+    shard (n/L elements, payload/L bytes, k/L entries, 1/L of the coding) over H ranks on the
+    cross class. On one host nothing is coded and nothing crosses."""
+    sizes = c.layout(load.p)
+    hosts, local = len(sizes), sizes[0]
+    if len(set(sizes)) > 1:
+        raise ValueError(f"a two-level compressed allreduce needs hosts of the same size, "
+                         f"not {list(sizes)}")
+    inside = costmodel.predict("ring", local, load.n_bytes, c.on("intra", (local,)),
+                               load.segment)
+    if hosts == 1:
+        return inside, 0.0
+    shard = replace(load, p=hosts, numel=math.ceil(load.numel / local),
+                    payload_bytes=math.ceil(load.payload_bytes / local),
+                    encode_s=load.encode_s / local, decode_s=load.decode_s / local,
+                    sparse_k=math.ceil(load.sparse_k / local))
+    comm, codec = SCHEMES[scheme].price(shard, c.on("cross", (1,) * hosts))
+    return inside + comm, codec
+
+
+def wire_bytes(scheme: str, hosts: int, local: int, nbytes: int, shard_payload_bytes: int,
+               entries: int = 0, entry_bytes: int = 8) -> tuple[float, float]:
+    """(inside, across) bytes one rank sends: the ring's 2(L-1)/L n inside its host, and the
+    scheme's bytes for its shard's payload (``entries`` of them for a sparse one) across the
+    H hosts (the scheme's ``wire_bytes`` at p = H)."""
+    inside = ring.wire_bytes(local, nbytes) if local > 1 else 0.0
+    across = SCHEMES[scheme].wire_bytes(hosts, shard_payload_bytes, entries, entry_bytes) \
+        if hosts > 1 else 0.0
+    return inside, across

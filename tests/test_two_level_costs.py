@@ -1,0 +1,147 @@
+"""The cost model's two link classes with pinned parameters (no timing of this machine): the
+two-level formulas written out by hand, auto's choice between flat and two-level, the
+two-level compressed prices, and the parameters' backward-compatible shape."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from collectives import costmodel, pricing
+from collectives.algorithms import two_level
+from collectives.costparams import CostParams, Link
+
+MB = 1 << 20
+SEG = 1 << 40  # one message per block: the formulas below leave segments out
+INTRA = Link(1e-6, 0.1e-9)  # shared memory: ~10 GB/s
+NIC = Link(20e-6, 0.8e-9)  # ~10 Gbit/s per host
+G = 0.1e-9
+
+
+def test_the_flat_parameters_keep_their_shape() -> None:
+    c = CostParams(1e-5, 1e-9, 2e-10)
+    assert (c.intra, c.cross, c.hosts) == (None, None, ())
+    assert dataclasses.asdict(c) == {"alpha": 1e-5, "beta": 1e-9, "gamma": 2e-10}
+    assert c == CostParams(alpha=1e-5, beta=1e-9, gamma=2e-10) and hash(c) == hash(
+        CostParams(1e-5, 1e-9, 2e-10))
+    assert repr(c) == "CostParams(alpha=1e-05, beta=1e-09, gamma=2e-10)"
+    h = CostParams(1e-5, 1e-9, 2e-10, intra=INTRA, hosts=(2, 2))
+    assert h != c and dataclasses.asdict(h) == dataclasses.asdict(c)  # a saved fit: flat
+    assert "intra=Link(" in repr(h) and "hosts=(2, 2)" in repr(h)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        h.hosts = (4,)  # type: ignore[misc]
+    for bad in (dict(intra=Link(0.0, 1.0), hosts=(2, 0)), dict(alpha=-1.0)):
+        with pytest.raises(ValueError, match="hosts|alpha"):
+            CostParams(**{"alpha": 1.0, "beta": 1.0, "gamma": 1.0, **bad})
+    with pytest.raises(ValueError, match="beta"):
+        Link(1.0, float("nan"))
+
+
+def test_layouts_and_the_classes_seen_alone() -> None:
+    c = CostParams(1.0, 2.0, 3.0, intra=Link(4.0, 5.0), cross=Link(6.0, 7.0), hosts=(3, 3))
+    assert c.layout(6) == (3, 3) and c.layout(7) == (3, 3, 1) and c.layout(9) == (3, 3, 3)
+    assert CostParams(1.0, 2.0, 3.0).layout(5) == (5,)
+    assert c.on("intra") == CostParams(4.0, 5.0, 3.0, intra=Link(4.0, 5.0))
+    assert c.on("cross", (1, 1)) == CostParams(6.0, 7.0, 3.0, cross=Link(6.0, 7.0), hosts=(1, 1))
+    assert CostParams(1.0, 2.0, 3.0).on("cross") == CostParams(1.0, 2.0, 3.0,
+                                                               cross=Link(1.0, 2.0))
+
+
+def test_hosts_sharing_a_nic_share_it_across_hosts_but_not_in_a_flat_ring() -> None:
+    c = CostParams.of_hosts(INTRA, NIC, G, (4, 4))
+    assert c.cross == Link(NIC.alpha, 4 * NIC.beta)  # 4 local ranks cross at once
+    assert (c.alpha, c.beta) == (NIC.alpha, NIC.beta)  # a contiguous ring: one flow per uplink
+    assert CostParams.of_hosts(INTRA, NIC, G, (4, 4), shared_nic=False).cross == NIC
+    one = CostParams.of_hosts(INTRA, NIC, G, (4,))
+    assert (one.alpha, one.beta, one.intra, one.cross) == (*dataclasses.astuple(INTRA), INTRA,
+                                                           None)
+    apart = CostParams.of_hosts(INTRA, NIC, G, (1, 1, 1))
+    assert (apart.alpha, apart.beta, apart.intra, apart.cross) == (NIC.alpha, NIC.beta, None,
+                                                                   NIC)
+
+
+@pytest.mark.parametrize(("hosts", "local"), [(2, 2), (2, 3), (4, 8)])
+def test_two_level_is_the_ring_inside_plus_the_ring_across_on_a_shard(hosts: int,
+                                                                        local: int) -> None:
+    c = CostParams.of_hosts(INTRA, NIC, G, (local,) * hosts)
+    p, n = hosts * local, 64 * MB
+    b_cross = local * NIC.beta  # the L local ranks share the host's NIC
+    want = (2 * (local - 1) * INTRA.alpha + 2 * (local - 1) / local * n * INTRA.beta
+            + (local - 1) / local * n * G
+            + 2 * (hosts - 1) * NIC.alpha + 2 * (hosts - 1) / hosts * (n / local) * b_cross
+            + (hosts - 1) / hosts * (n / local) * G)
+    assert costmodel.predict("two_level", p, n, c, SEG) == pytest.approx(want, rel=1e-12)
+    # The flat ring pays the slowest hop, the NIC, on every step (one flow per uplink).
+    flat = 2 * (p - 1) * NIC.alpha + 2 * (p - 1) / p * n * NIC.beta + (p - 1) / p * n * G
+    assert costmodel.predict("ring", p, n, c, SEG) == pytest.approx(flat, rel=1e-12)
+    # A host's uplink carries 2(H-1)/H n each way in the two-level call: fewer bytes than the
+    # flat ring's 2(p-1)/p n, and 2(H-1) latencies across instead of 2(p-1).
+    assert 2 * (hosts - 1) / hosts * n < 2 * (p - 1) / p * n
+
+
+def test_unequal_hosts_pay_the_tree_inside_and_the_whole_vector_across() -> None:
+    c = CostParams.of_hosts(INTRA, NIC, G, (3, 1))
+    n, lg = 8 * MB, 2  # ceil(log2 3)
+    inside = 2 * lg * n * INTRA.beta + lg * n * G + 2 * (lg + 1 - 1) * INTRA.alpha
+    across = 2 * NIC.alpha + n * 3 * NIC.beta + 0.5 * n * G  # ring over 2 leaders
+    assert costmodel.predict("two_level", 4, n, c, SEG) == pytest.approx(inside + across,
+                                                                          rel=1e-12)
+
+
+def test_the_cross_step_is_priced_by_the_cross_algorithm(monkeypatch) -> None:
+    c = CostParams.of_hosts(INTRA, NIC, G, (2, 2, 2, 2))
+    ring = costmodel.predict("two_level", 8, MB, c, SEG)
+    monkeypatch.setattr(two_level, "CROSS", "recursive_doubling")
+    rd = costmodel.predict("two_level", 8, MB, c, SEG)
+    inside = costmodel.predict("ring", 2, MB, c.on("intra"), SEG)
+    assert rd == pytest.approx(inside + costmodel.predict("recursive_doubling", 4, MB / 2,
+                                                          c.on("cross"), SEG), rel=1e-12)
+    assert rd != ring
+    monkeypatch.setattr(two_level, "CROSS", "mpi")  # unmodeled: priced as the ring
+    assert costmodel.predict("two_level", 8, MB, c, SEG) == ring
+    monkeypatch.setattr(two_level, "CROSS", "two_level")
+    with pytest.raises(ValueError, match="flat algorithm"):
+        costmodel.predict("two_level", 8, MB, c, SEG)
+
+
+@pytest.mark.parametrize("n", [8, 4096, MB, 64 * MB])
+def test_auto_picks_flat_on_one_host_and_with_one_rank_per_host(n: int) -> None:
+    for c in (CostParams(10e-6, 1e-9, G), CostParams.of_hosts(INTRA, NIC, G, (8,)),
+              CostParams.of_hosts(INTRA, NIC, G, (1,) * 8)):
+        best = costmodel.predicted_best(8, n, c)
+        assert best != "two_level"  # it runs the ring there, and ties with it
+        assert costmodel.predict("two_level", 8, n, c) == costmodel.predict("ring", 8, n, c)
+        assert pricing.best_dense(8, n, c)[0] == best
+
+
+def test_auto_picks_two_level_across_a_slow_link_and_flat_where_links_are_alike() -> None:
+    slow = CostParams.of_hosts(INTRA, NIC, G, (4, 4))
+    for n in (8, 4096, MB, 64 * MB):  # fewer latencies and fewer bytes across
+        assert costmodel.predicted_best(8, n, slow) == "two_level", n
+    alike = CostParams.of_hosts(NIC, NIC, G, (2, 2))  # a shared NIC as fast as inside
+    assert costmodel.predicted_best(4, 64 * MB, alike) != "two_level"
+    # At 2 x 2 the two-level call moves n + n bytes against the flat ring's 1.5 n: it wins
+    # once the NIC is more than twice as slow as the links inside the host.
+    for ratio, wins in ((1.5, False), (3.0, True)):
+        c = CostParams.of_hosts(Link(0.0, 1e-9), Link(0.0, ratio * 1e-9), 0.0, (2, 2))
+        assert (costmodel.predicted_best(4, 64 * MB, c) == "two_level") == wins, ratio
+
+
+def test_two_level_compressed_prices_only_the_crossing_bytes_on_the_cross_link() -> None:
+    c = CostParams.of_hosts(Link(0.0, 0.0), Link(0.0, 1e-9), 0.0, (4, 4))  # free inside
+    numel, payload = 1 << 20, 1 << 18  # 4 bytes per element in, 1 byte out
+    comm, codec = pricing.two_level_costs("reduce_scatter_allgather", 8, numel, 4, payload, c,
+                                          1e-9, 2e-9)
+    shard = payload / 4  # each rank sends its shard's payload; the 4 share the NIC
+    assert comm == pytest.approx(2 * (2 - 1) / 2 * shard * 4e-9, rel=1e-12)
+    # each rank codes only its shard: a quarter of the flat call's encode and decodes
+    flat = pricing.scheme_costs("reduce_scatter_allgather", 2, numel // 4, 4, payload // 4,
+                                c.on("cross"), 1e-9, 2e-9)
+    assert codec == pytest.approx(flat[1], rel=1e-12)
+    inside, across = pricing.two_level_bytes("reduce_scatter_allgather", 2, 4, numel * 4,
+                                             math.ceil(shard))
+    assert (inside, across) == (2 * 3 / 4 * numel * 4, shard)
+    one = CostParams.of_hosts(Link(1e-6, 1e-10), NIC, 0.0, (8,))
+    assert pricing.two_level_costs("dense", 8, numel, 4, payload, one, 1e-9, 1e-9)[1] == 0.0
