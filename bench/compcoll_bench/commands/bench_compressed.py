@@ -26,6 +26,7 @@ from .launch import relaunch
 
 DEFAULT = ["uniform:bits=8", "uniform:bits=4", "topk:ratio=0.01",
            "topk:ratio=0.01,approximate=true"]
+HIERARCHIES = ("auto", "flat", "two_level")
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -34,6 +35,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compressor", action="append", metavar="SPEC",
                    help=f"compressor spec, repeatable (default: {' '.join(DEFAULT)})")
     p.add_argument("--scheme", default="auto", help="scheme for every compressor (default auto)")
+    p.add_argument("--hierarchy", default="auto",
+                   help="comma-separated of auto, flat, two_level: a row per compressor and "
+                        "hierarchy (flat and two_level side by side on hosts of several "
+                        "ranks; default auto)")
     p.add_argument("--no-feedback", action="store_true", help="compress without error feedback")
     p.add_argument("-n", "--iters", type=checks.positive_int, default=5,
                    help="timed calls per row (5)")
@@ -55,6 +60,7 @@ def _check(args: argparse.Namespace, specs: list[str]) -> None:
         raise UsageError(f"-s {args.size}: the buffer holds float32 values; give at least 4 "
                          "bytes (e.g. -s 64M)")
     checks.scheme(args.scheme)
+    args.hierarchy = checks.names(args.hierarchy, "--hierarchy", HIERARCHIES)
     for spec in specs:
         checks.compressor(spec)
         try:
@@ -78,11 +84,14 @@ def _tables(rows: list[dict[str, Any]]) -> list[str]:
     name = max(len("run"), *(len(r["name"]) for r in rows))
     scheme = max(len("scheme"), *(len(r["scheme"]) for r in rows))
     lines = [f"# {'run':<{name - 2}} {'scheme':<{scheme}} {'time(ms)':>9} {'effbusbw':>8} "
-             f"{'vs MPI':>6} {'rel.err':>8}"]
+             f"{'vs MPI':>6} {'rel.err':>8} {'x-host MiB':>10} {'/bound':>6}"]
     for r in rows:
         err = f"{r['rel_error']:.2e}" if "rel_error" in r else "-"
+        up = f"{r['host_uplink_bytes'] / 2**20:10.2f}" if r.get("host_uplink_bytes") else \
+            f"{'-':>10}"
+        over = f"{r['time_s'] / r['bound_s']:6.2f}" if r.get("bound_s") else f"{'-':>6}"
         lines.append(f"{r['name']:<{name}} {r['scheme']:<{scheme}} {r['time_s'] * 1e3:9.1f} "
-                     f"{r['eff_busbw_GBps']:8.3f} {r['vs_mpi']:6.2f} {err:>8}")
+                     f"{r['eff_busbw_GBps']:8.3f} {r['vs_mpi']:6.2f} {err:>8} {up} {over}")
     split = [r for r in rows if "compress_s" in r]
     if split:
         lines += ["", f"# {'run':<{name - 2}} {'comp(ms)':>8} {'comm(ms)':>8} {'deco(ms)':>8} "
@@ -91,6 +100,34 @@ def _tables(rows: list[dict[str, Any]]) -> list[str]:
                   f"{r['decompress_s'] * 1e3:8.1f} {r['bytes_sent'] / 2**20:8.2f} "
                   f"{r['bytes_predicted'] / 2**20:9.2f}" for r in split]
     return lines
+
+
+def dense_uplink(algo: str, topo: Any, nbytes: int) -> float | None:
+    """Bytes each host's uplink must carry one way in a dense allreduce of ``nbytes`` on
+    uniform hosts: a flat ring over contiguous hosts crosses each host boundary with one
+    rank's whole traffic, 2(p-1)/p n; two_level sends each host's n/L shards' ring traffic
+    across, L * 2(H-1)/H * n/L = 2(H-1)/H n. None on one host or where it is not modeled."""
+    h, p = topo.n_hosts, sum(len(x) for x in topo.hosts)
+    if h < 2 or not topo.uniform:
+        return None
+    if algo == "two_level":
+        return 2 * (h - 1) / h * nbytes
+    if algo == "ring" and topo.contiguous:
+        return 2 * (p - 1) / p * nbytes
+    return None
+
+
+def _host_sum(world: Any, topo: Any, mine: int) -> float:
+    """The most bytes the ranks of one host sent across hosts (summed over the host)."""
+    every = world.allgather(int(mine))
+    return float(max(sum(every[r] for r in host) for host in topo.hosts))
+
+
+def _bound(uplink: float | None, rate: float | None) -> dict[str, float]:
+    """The host uplink's bytes and the time they take at the emulated link's rate."""
+    if not uplink:
+        return {}
+    return {"host_uplink_bytes": uplink, **({"bound_s": uplink / rate} if rate else {})}
 
 
 @command("bench compressed", arguments=_arguments)
@@ -108,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
     import compressors
     from collectives import costmodel
     from collectives.compressed.select import measure
+    from collectives.topology import topology
 
     world = MPI.COMM_WORLD
     comm = collectives.as_communicator(None)
@@ -125,36 +163,55 @@ def run(args: argparse.Namespace) -> int:
               f"{args.iters} iters")
     t_mpi = time_calls(world, lambda: world.Allreduce(x, out), args.iters, args.warmup).median
     rows.append(_row("MPI_Allreduce", "-", t_mpi, args.size, p, t_mpi))
-    for algo in ("ring", "rabenseifner"):
+    topo = topology(comm)
+    rate = emulated.describe(args, p)["rate_bps"] / 8 if args.link else None
+    for algo in ("ring", "rabenseifner", "two_level"):
         t = time_calls(world, lambda a=algo: collectives.allreduce(
             x, algorithm=a, out=out, validate=False), args.iters, args.warmup).median
-        rows.append(_row(f"ours dense {algo}", "-", t, args.size, p, t_mpi))
-    for spec in specs:
+        up = dense_uplink(algo, topo, args.size)
+        rows.append(_row(f"ours dense {algo}", "-", t, args.size, p, t_mpi,
+                         **_bound(up, rate)))
+    for spec, hier in [(s, h) for s in specs for h in args.hierarchy]:
         comp = compressors.get(spec)
         fb = None if args.no_feedback else compressors.ErrorFeedback(comp)
         stats: dict[str, Any] = {}
         step = [0]
 
-        def call(comp=comp, fb=fb, stats=stats, step=step) -> None:
+        def call(comp=comp, fb=fb, stats=stats, step=step, hier=hier) -> None:
             step[0] += 1
             stats.clear()
             collectives.allreduce(x, compressor=comp, feedback=fb, name="grad", step=step[0],
-                                  scheme=args.scheme, out=out, validate=False, stats=stats)
+                                  scheme=args.scheme, out=out, validate=False, stats=stats,
+                                  hierarchy=hier)
 
         t = time_calls(world, call, args.iters, args.warmup).median
+        level = stats.get("hierarchy", "flat")
+        up = _host_sum(world, topo, stats["cross_bytes_sent"]) if level == "two_level" else None
         split = np.array([stats["compress_s"], stats["decompress_s"], stats["bytes_sent"]])
         world.Allreduce(MPI.IN_PLACE, split, op=MPI.MAX)
         cs, ds, per_elem, kept = measure(comm, comp)
-        predicted = pricing.predicted_bytes(stats["scheme"], p, int(per_elem * n),
-                                            int(kept * n), 8)
+        scheme = stats["scheme"] or "-"  # two-level on one host: nothing crosses, no scheme
+        if level == "two_level" and stats["scheme"]:
+            hosts, local = topo.n_hosts, len(topo.hosts[0])
+            inside, across = pricing.two_level_bytes(scheme, hosts, local, args.size,
+                                                     int(per_elem * n / local),
+                                                     int(kept * n / local), 8)
+            predicted, model = inside + across, sum(pricing.two_level_costs(
+                scheme, p, n, 4, int(per_elem * n), cost, cs, ds, int(kept * n)))
+        elif stats["scheme"]:
+            predicted = pricing.predicted_bytes(scheme, p, int(per_elem * n), int(kept * n), 8)
+            model = pricing.predict_scheme(scheme, p, n, 4, int(per_elem * n), cost, cs, ds,
+                                           int(kept * n))
+        else:
+            predicted, model = 0.0, None
         err = float(np.linalg.norm(out - exact) / np.linalg.norm(exact))
-        rows.append(_row(spec + ("" if fb is None else " +EF"), stats["scheme"], t, args.size,
-                         p, t_mpi, compress_s=split[0], decompress_s=split[1],
+        label = spec + ("" if fb is None else " +EF") + \
+            (f" [{level}]" if len(args.hierarchy) > 1 or level != "flat" else "")
+        rows.append(_row(label, scheme, t, args.size,
+                         p, t_mpi, compress_s=split[0], decompress_s=split[1], hierarchy=level,
+                         **_bound(up, rate),
                          comm_s=max(t - split[0] - split[1], 0.0), bytes_sent=split[2],
-                         bytes_predicted=predicted, rel_error=err,
-                         model_s=pricing.predict_scheme(stats["scheme"], p, n, 4,
-                                                        int(per_elem * n), cost, cs, ds,
-                                                        int(kept * n))))
+                         bytes_predicted=predicted, rel_error=err, model_s=model))
     if comm.rank == 0:
         print("\n".join(_tables(rows)), flush=True)
         if any("rel_error" in r for r in rows):
