@@ -60,5 +60,5 @@ sanitize: $(TEST_STAMP)
 	{ echo "# make sanitize ($(SAN_FLAGS)), $$(date -u)"; \
 	  echo "# $(SAN_ENV) $(SAN_RUN) $(SAN_TESTS)" | tr -s '\t\\ ' ' '; \
 	  $(SAN_ENV) $(SAN_RUN) $(SAN_TESTS) 2>&1; echo "exit status $$?"; } \
-	  | tee bench/results/sanitize.txt
-	grep -q "^exit status 0$$" bench/results/sanitize.txt
+	  | tee bench/results/reliability/sanitize.txt
+	grep -q "^exit status 0$$" bench/results/reliability/sanitize.txt

@@ -8,8 +8,9 @@ tests/compressors/fuzzing.py (bit flips, byte sets, truncations, extensions, hea
 edits, splices), reproducible from --seed.
 
 Run: ``python scripts/fuzz_payloads.py --mutations 100000`` (per compressor); writes
-bench/results/fuzz_payloads.txt with its command line inside, and exits 1 if any mutation
-gave another exception, a crash, or new output from bytes whose checksum was not recomputed.
+bench/results/reliability/fuzz_payloads.txt with its command line inside, and exits 1 if any
+mutation gave another exception, a crash, or new output from bytes whose checksum was not
+recomputed.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--chunk-size", type=int, default=10_000, help="mutations per subprocess")
     ap.add_argument("--compressors", default="", help="comma-separated (default: all)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "fuzz_payloads.txt"))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "reliability"
+                                         / "fuzz_payloads.txt"))
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--chunk", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -9,8 +9,8 @@ every rank's input (regenerated locally from the seed), and MPI_Allreduce where 
 dtype. Lossy compressors must stay within a bound of the exact sum. Every result must be
 bit-identical on all ranks. Resident memory is read at the start and the end.
 
-Run: ``mpiexec -n 4 python scripts/soak.py`` (writes bench/results/soak_np4.txt, with this
-command line inside).
+Run: ``mpiexec -n 4 python scripts/soak.py`` (writes bench/results/reliability/soak_np4.txt,
+with this command line inside).
 """
 
 from __future__ import annotations
@@ -231,9 +231,9 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0, help="the schedule's seed (0)")
     p.add_argument("--timeout", type=float, default=120.0, help="deadline per wait (120 s)")
     p.add_argument("--out", type=Path, default=None,
-                   help="result file (bench/results/soak_np<P>.txt)")
+                   help="result file (bench/results/reliability/soak_np<P>.txt)")
     args = p.parse_args()
-    out = args.out or ROOT / "bench" / "results" / f"soak_np{P}.txt"
+    out = args.out or ROOT / "bench" / "results" / "reliability" / f"soak_np{P}.txt"
     rss0 = rss_mb()
     t0 = time.perf_counter()
     soak = Soak(args)

@@ -2,7 +2,7 @@
 
 Run: ``compcoll bench compressors`` (or ``python -m compcoll_bench.compressor_sweep``): it
 writes ``compcoll-results/compressors.json`` and a Markdown table beside it, unless ``--out``
-says where (the committed summary: ``--out bench/results/compressors.json``). Throughput is
+says where (the committed summary: ``--out bench/results/compressors/compressors.json``). Throughput is
 GB/s of float32 input, median over repeats, with preallocated outputs (payload buffers reused
 through ``compress(out=)``, ``decompress(out=)``).
 """

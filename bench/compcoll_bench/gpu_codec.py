@@ -8,7 +8,7 @@
 * the same codecs' results against the C++ kernels on a slice (bit for bit).
 
 Writes ``compcoll-results/gpu_codec.{txt,json}`` (``--out`` names another path without its
-suffix; the committed summary: ``--out bench/results/gpu_codec``) with the command line inside.
+suffix; the committed summary: ``--out bench/results/gpu/gpu_codec``) with the command line inside.
 Needs CuPy, torch with CUDA and a GPU; without them it says so and exits with status 2.
 
 Run: ``python -m compcoll_bench.gpu_codec [--mb 256] [--topk-n 67108864] [--repeats 20]``

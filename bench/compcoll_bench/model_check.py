@@ -10,7 +10,7 @@ lands within the target of the measurements? It finds the parameters that minimi
 and without the tree, and prints that best possible error. If even that misses the target,
 the formulas, not the probes, are what this machine defeats.
 
-    python -m compcoll_bench.model_check -np 4 --run --out bench/results/model_fitted_np4.txt
+    python -m compcoll_bench.model_check -np 4 --run --out bench/results/model/model_fitted_np4.txt
 """
 
 from __future__ import annotations
@@ -71,12 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-np", dest="np", type=int, default=4)
     ap.add_argument("--bench", default=None, help="bench JSON (default: "
-                    "bench/results/allreduce_shm_np{N}_model_check.json)")
+                    "bench/results/model/allreduce_shm_np{N}_model_check.json)")
     ap.add_argument("--run", action="store_true", help="run the bench first (else read it)")
     ap.add_argument("--fits", type=int, default=3)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    bench = args.bench or f"bench/results/allreduce_shm_np{args.np}_model_check.json"
+    bench = args.bench or f"bench/results/model/allreduce_shm_np{args.np}_model_check.json"
     bench_cmd = ["bench", "allreduce", "-np", str(args.np), *SIZES, "--algo", ALGOS]
     if args.run:
         compcoll(*bench_cmd, "--json", bench)

@@ -5,7 +5,7 @@ kernel) and codec rates measured here, prices every compressor's cheapest scheme
 plain allreduce over a grid of message sizes and node counts, and writes the break-even size
 per node count and the node count where each compressor stops paying at 64 MB.
 
-    python -m compcoll_bench.scheme_limits --out bench/results/scheme_limits.md
+    python -m compcoll_bench.scheme_limits --out bench/results/compressed/scheme_limits.md
 
 (without ``--out`` it writes ``compcoll-results/scheme_limits.md``).
 """
