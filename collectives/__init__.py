@@ -27,7 +27,7 @@ from .errors import (
 from .progress import Handle
 from .sparse import isparse_allreduce, sparse_allreduce
 from .transport import Communicator, as_communicator
-from .tuning import tune
+from .tuner import tune
 from .version import __version__
 
 

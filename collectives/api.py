@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from . import algorithms, buffers, ops
+from . import algorithms, buffers, ops, tuning
 from .algorithms import ring, tree, two_level
 from .algorithms.common import Job, blocks_from_counts, partition
 from .config import defaults
@@ -88,9 +88,7 @@ def iallreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any 
                                    "op": _OP_CODES[op], "algorithm": algo_id,
                                    "two_level.CROSS (cross-host algorithm)": cross}, timeout)
     if name == "auto":
-        from . import costmodel
-
-        name = costmodel.choose(c, prepared.work.size * dtype.itemsize, timeout=timeout)
+        name = tuning.choose(c, prepared.work.size * dtype.itemsize, timeout=timeout)
     if name == "two_level":  # its set-up collectives now, in call order, before its messages
         two_level.prepare(c, timeout=timeout)
     job = _job(c, prepared.work, dtype, op, f"allreduce[{name}]")

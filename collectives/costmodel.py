@@ -34,6 +34,7 @@ collective) so every rank holds the same model and "auto" picks the same algorit
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -45,7 +46,6 @@ from .costparams import CostParams, Link
 from .ops import combine
 from .topology import host_comms, topology
 from .transport.base import Communicator, wait_all
-from .tuning import lookup
 
 #: Message sizes of the probe of each link class (a second and third probe, kept short).
 CLASS_SIZES = (8, 1 << 20, 4 << 20)
@@ -194,21 +194,37 @@ def predicted_best(p: int, nbytes: int, c: CostParams) -> str:
     return min((a.name for a in modeled()), key=lambda a: (predict(a, p, nbytes, c), a))
 
 
-def ready(comm: Communicator, *, timeout: float | None = None) -> None:
-    """Fit the model and look for a saved crossover table now, collectively, where every
-    rank is at the same call (not midway through a collective whose steps pick an
-    algorithm)."""
-    params(comm, timeout=timeout)
-    lookup(comm, timeout=timeout)
+def sparse_dense_threshold(index_bytes: int, value_bytes: int) -> float:
+    """Density above which a range is cheaper sent dense: V / (I + V).
+
+    Both representations go in one message per peer, so alpha cancels and only the bytes
+    (beta) decide: nnz (I+V) > width V  <=>  nnz / width > V / (I+V)."""
+    return value_bytes / (index_bytes + value_bytes)
 
 
-def choose(comm: Communicator, nbytes: int, *, timeout: float | None = None) -> str:
-    """The algorithm "auto" runs for ``nbytes`` (identical on all ranks): the least
-    predicted time, overruled where the communicator's measured crossover table covers the
-    size and times that pick clearly slower than its winner (``collectives.tuning``). Fits the
-    model, and looks for a saved table, on first use (collective), each wait bounded by
-    ``timeout``."""
-    model = predicted_best(comm.size, nbytes, params(comm, timeout=timeout))
-    table = lookup(comm, timeout=timeout)
-    measured = table.pick(nbytes, model) if table is not None else None
-    return model if measured is None else measured
+def best_dense(p: int, nbytes: int, c: CostParams, segment: int | None = None
+               ) -> tuple[str, float]:
+    """The fastest dense algorithm for nbytes and its predicted time."""
+    t, name = min((predict(a.name, p, nbytes, c, segment), a.name) for a in modeled())
+    return name, t
+
+
+@dataclass(frozen=True)
+class SchemeLoad:
+    """What one compressed allreduce moves and codes, as its scheme's price reads it: p > 1
+    ranks, ``numel`` elements of ``value_bytes``, a payload of ``payload_bytes`` per rank
+    (``sparse_k`` entries for a sparse one), ``encode_s`` and ``decode_s`` seconds to encode
+    and decode the whole input once, and the dense algorithms' pipeline ``segment``."""
+
+    p: int
+    numel: int
+    value_bytes: int
+    payload_bytes: int
+    encode_s: float
+    decode_s: float
+    sparse_k: int = 0
+    segment: int | None = None
+
+    @property
+    def n_bytes(self) -> int:
+        return self.numel * self.value_bytes

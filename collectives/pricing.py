@@ -27,101 +27,28 @@ H ranks on the cross-host class: only the bytes that cross hosts meet the cross-
 
 Each formula is the ``price`` of its registry entry, beside the code it prices: sparse
 allreduces in ``collectives.sparse.ALGORITHMS``, compressed schemes in
-``collectives.compressed.SCHEMES``, dense algorithms in ``collectives.algorithms``. The
-functions here look the entry up by name.
+``collectives.compressed.SCHEMES``, dense algorithms in ``collectives.algorithms``. This
+module, above those registries, prices a scheme by name; the shared pieces the entries use
+(``SchemeLoad``, ``best_dense``, ``sparse_dense_threshold``) live in ``collectives.costmodel``
+and are re-exported here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .compressed import SCHEMES, hierarchical, predict_scheme, scheme_costs
+from .costmodel import SchemeLoad, best_dense, sparse_dense_threshold
+from .costparams import CostParams
+from .sparse import modeled as sparse_modeled
+from .sparse import predict as predict_sparse
 
-from .algorithms import modeled
-from .costmodel import CostParams, predict
-
-# The registries (``sparse``, ``compressed``) import this module for its helpers, so they are
-# imported where a price is looked up, not here.
+__all__ = ["SchemeLoad", "best_dense", "predict_scheme", "predict_sparse", "predicted_bytes",
+           "scheme_costs", "sparse_dense_threshold", "two_level_bytes", "two_level_costs"]
 
 
 def __getattr__(name: str) -> tuple[str, ...]:
     if name == "SPARSE_MODELED":  # the exact sparse allreduces, from the live registry
-        from .sparse import modeled as sparse_modeled
-
         return sparse_modeled()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def sparse_dense_threshold(index_bytes: int, value_bytes: int) -> float:
-    """Density above which a range is cheaper sent dense: V / (I + V).
-
-    Both representations go in one message per peer, so alpha cancels and only the bytes
-    (beta) decide: nnz (I+V) > width V  <=>  nnz / width > V / (I+V)."""
-    return value_bytes / (index_bytes + value_bytes)
-
-
-def predict_sparse(algorithm: str, p: int, n: int, k: int, c: CostParams,
-                   index_bytes: int = 4, value_bytes: int = 4) -> float:
-    """Predicted seconds of a sparse allreduce (see the module doc)."""
-    if p <= 1:
-        return 0.0
-    from .sparse import ALGORITHMS
-
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"no price for sparse algorithm {algorithm!r}")
-    return ALGORITHMS[algorithm].price(p, n, k, c, index_bytes, value_bytes)
-
-
-def best_dense(p: int, nbytes: int, c: CostParams, segment: int | None = None
-               ) -> tuple[str, float]:
-    """The fastest dense algorithm for nbytes and its predicted time."""
-    t, name = min((predict(a.name, p, nbytes, c, segment), a.name) for a in modeled())
-    return name, t
-
-
-@dataclass(frozen=True)
-class SchemeLoad:
-    """What one compressed allreduce moves and codes, as its scheme's price reads it: p > 1
-    ranks, ``numel`` elements of ``value_bytes``, a payload of ``payload_bytes`` per rank
-    (``sparse_k`` entries for a sparse one), ``encode_s`` and ``decode_s`` seconds to encode
-    and decode the whole input once, and the dense algorithms' pipeline ``segment``."""
-
-    p: int
-    numel: int
-    value_bytes: int
-    payload_bytes: int
-    encode_s: float
-    decode_s: float
-    sparse_k: int = 0
-    segment: int | None = None
-
-    @property
-    def n_bytes(self) -> int:
-        return self.numel * self.value_bytes
-
-
-def scheme_costs(scheme: str, p: int, numel: int, value_bytes: int, payload_bytes: int,
-                 c: CostParams, compress_s_per_byte: float, decompress_s_per_byte: float,
-                 sparse_k: int = 0, segment: int | None = None) -> tuple[float, float]:
-    """(communication, codec) seconds of a compressed allreduce of ``numel`` elements
-    (module doc); codec = encoding, decoding and summing decoded values."""
-    n_bytes = numel * value_bytes
-    comp = compress_s_per_byte * n_bytes
-    decomp = decompress_s_per_byte * n_bytes
-    if p <= 1:
-        return 0.0, comp + decomp
-    from .compressed import SCHEMES
-
-    if scheme not in SCHEMES:
-        raise ValueError(f"no price for scheme {scheme!r}")
-    load = SchemeLoad(p, numel, value_bytes, payload_bytes, comp, decomp, sparse_k, segment)
-    return SCHEMES[scheme].price(load, c)
-
-
-def predict_scheme(scheme: str, p: int, numel: int, value_bytes: int, payload_bytes: int,
-                   c: CostParams, compress_s_per_byte: float, decompress_s_per_byte: float,
-                   sparse_k: int = 0) -> float:
-    """Predicted seconds of a compressed allreduce of ``numel`` elements (module doc)."""
-    return sum(scheme_costs(scheme, p, numel, value_bytes, payload_bytes, c,
-                            compress_s_per_byte, decompress_s_per_byte, sparse_k))
 
 
 def predicted_bytes(scheme: str, p: int, payload_bytes: int, entries: int = 0,
@@ -135,8 +62,6 @@ def predicted_bytes(scheme: str, p: int, payload_bytes: int, entries: int = 0,
     """
     if p <= 1:
         return 0.0
-    from .compressed import SCHEMES
-
     if scheme not in SCHEMES:
         raise ValueError(f"no byte count for scheme {scheme!r}")
     return SCHEMES[scheme].wire_bytes(p, payload_bytes, entries, entry_bytes)
@@ -147,8 +72,6 @@ def two_level_costs(scheme: str, p: int, numel: int, value_bytes: int, payload_b
                     sparse_k: int = 0, segment: int | None = None) -> tuple[float, float]:
     """(communication, codec) seconds of a two-level compressed allreduce of ``numel``
     elements on the hosts ``c.layout(p)`` (module doc); arguments as ``scheme_costs``."""
-    from .compressed import SCHEMES, hierarchical
-
     if scheme not in SCHEMES:
         raise ValueError(f"no price for scheme {scheme!r}")
     n_bytes = numel * value_bytes
@@ -162,8 +85,6 @@ def two_level_bytes(scheme: str, hosts: int, local: int, nbytes: int, shard_payl
     """(inside, across) bytes one rank sends in a two-level compressed allreduce of ``nbytes``
     on ``hosts`` hosts of ``local`` ranks: 2(L-1)/L nbytes inside its host, and the scheme's
     ``wire_bytes`` at p = H for its shard's payload across hosts (metadata left out)."""
-    from .compressed import SCHEMES, hierarchical
-
     if scheme not in SCHEMES:
         raise ValueError(f"no byte count for scheme {scheme!r}")
     return hierarchical.wire_bytes(scheme, hosts, local, nbytes, shard_payload_bytes, entries,

@@ -4,11 +4,11 @@ communicator at a few sizes, the fastest kept at each.
 The alpha-beta-gamma model (``collectives.costmodel``) prices messages that cross a network.
 Where ranks share memory and cores, an algorithm's time depends on caches, memory bandwidth
 and scheduling that no fitted line holds, and the model's pick can take 1.3x the best
-algorithm's time. :func:`tune` measures instead: at each size, every algorithm of the
-registry with a cost formula runs ``reps`` times, interleaved (so that a slow spell of the
-machine falls on all of them), each call timed on its own after the engine's barrier; a
-call lasts until its slowest rank is done, and the median over the calls decides, so every
-rank holds the same table (as ``compcoll bench allreduce`` times a row).
+algorithm's time. ``collectives.tune`` (``collectives.tuner``) measures instead: at each
+size, every algorithm of the registry with a cost formula runs ``reps`` times, interleaved
+(so that a slow spell of the machine falls on all of them), each call timed on its own after
+the engine's barrier; a call lasts until its slowest rank is done, and the median over the
+calls decides, so every rank holds the same table (as ``compcoll bench allreduce`` times a row).
 
 "auto" then picks by the table from its smallest size up and by the model below it: at the
 measured size nearest the message (log scale), the model's pick runs unless the table times
@@ -32,18 +32,17 @@ import json
 import math
 import os
 import socket
-import time
 import zlib
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from .algorithms import modeled
-from .config import check_timeout, defaults
-from .files import ignored, integer, load_json, number, read_small, write_atomic
+from .config import defaults
+from .costmodel import params, predicted_best
+from .files import ignored, integer, load_json, number, read_small
 from .transport.base import Communicator, share_bytes
 
 SCHEMA = 1
@@ -57,7 +56,7 @@ MARGIN = 0.10
 MAX_BYTES = 1 << 53
 ENV_CACHE = "COMPCOLL_CACHE_DIR"
 
-__all__ = ["SIZES", "Crossovers", "load", "lookup", "path", "tune"]
+__all__ = ["MARGIN", "SIZES", "Crossovers", "choose", "load", "lookup", "path", "ready"]
 
 
 @dataclass(frozen=True)
@@ -180,83 +179,6 @@ def path(k: str) -> Path:
     return Path(base) / "tuning" / f"{k}.json"
 
 
-def _sync(comm: Communicator, timeout: float | None) -> None:
-    """Start every rank's call together: the engine's own barrier, whose ranks leave within
-    microseconds of each other (compcoll's polls with a back-off of up to 0.5 ms, which
-    would be timed as part of the call)."""
-    if comm.engine == "mpi":
-        comm.comm.Barrier()  # type: ignore[attr-defined]
-    else:
-        comm.barrier(timeout=timeout)
-
-
-def _time_all(comm: Communicator, sizes: tuple[int, ...], reps: int,
-              timeout: float | None) -> np.ndarray:
-    """This rank's seconds for every call, [algorithm, size, repeat], as ``compcoll bench
-    allreduce`` times them: the engine's barrier, then one call."""
-    from .api import allreduce
-
-    names = [a.name for a in modeled()]
-    times = np.zeros((len(names), len(sizes), reps))
-    for j, n in enumerate(sizes):
-        buf = np.ones(max(n // 4, 1), np.float32)
-        out = np.empty_like(buf)
-        for _ in range(WARMUP):  # first touch of the buffers, the algorithms' workspaces
-            for a in names:
-                allreduce(buf, out=out, algorithm=a, comm=comm, timeout=timeout)
-        for r in range(reps):
-            for a in names[r % len(names):] + names[:r % len(names)]:  # rotate the order
-                _sync(comm, timeout)
-                t0 = time.perf_counter()
-                allreduce(buf, out=out, algorithm=a, comm=comm, timeout=timeout)
-                times[names.index(a), j, r] = time.perf_counter() - t0
-    return times
-
-
-def tune(comm: Any = None, *, sizes: tuple[int, ...] = SIZES, reps: int = 9,
-         save: bool = True, timeout: float | None = None) -> Crossovers:
-    """Time every modeled algorithm at ``sizes`` (bytes of float32) on ``comm`` and make the
-    result "auto"'s table from ``sizes[0]`` up (collective; see the module doc).
-
-    Example::
-
-        >>> import collectives
-        >>> from collectives import costmodel
-        >>> t = collectives.tune(sizes=(1 << 20,), reps=1, save=False)
-        >>> c = collectives.as_communicator()
-        >>> model = costmodel.predicted_best(c.size, 4 << 20, costmodel.params(c))
-        >>> assert costmodel.choose(c, 4 << 20) == t.pick(4 << 20, model)
-    """
-    from .transport import as_communicator
-
-    check_timeout(timeout)  # every argument checked before the first message
-    sizes = tuple(int(s) for s in sizes)
-    if not sizes or sizes[0] <= 0 or list(sizes) != sorted(set(sizes)):
-        raise ValueError(f"sizes must be positive byte counts in increasing order, got {sizes}")
-    if reps < 1:
-        raise ValueError(f"reps must be >= 1, got {reps}")
-    c = as_communicator(comm)
-    table_of_names = [a.name for a in modeled()]
-    saved, defaults.validate = defaults.validate, False  # no per-call metadata allgather
-    try:
-        mine = _time_all(c, sizes, reps, timeout)
-    finally:
-        defaults.validate = saved
-    every = c.allgather_ints(mine.reshape(-1).view(np.int64), collective="tuning",
-                             timeout=timeout)
-    # each call lasts until its slowest rank is done; the median over the calls decides
-    slowest = every.view(np.float64).max(axis=0).reshape(mine.shape)
-    med = np.median(slowest, axis=2)
-    table = Crossovers(sizes, {a: tuple(map(float, med[i]))
-                               for i, a in enumerate(table_of_names)})
-    c.cache.crossovers, c.cache.crossovers_looked_up = table, True
-    if save:
-        k = key(c, timeout=timeout)
-        if c.rank == 0:
-            write_atomic(path(k), table.to_json(k), "crossover table")
-    return table
-
-
 def load(comm: Communicator, *, timeout: float | None = None) -> Crossovers | None:
     """The saved table of this communicator's key, read and validated by rank 0, on every rank
     (collective); None everywhere when there is none or it is unusable (a warning on rank 0
@@ -288,3 +210,23 @@ def lookup(comm: Communicator, *, timeout: float | None = None) -> Crossovers | 
         if defaults.tune and comm.size > 1:
             cache.crossovers = load(comm, timeout=timeout)
     return cache.crossovers
+
+
+def ready(comm: Communicator, *, timeout: float | None = None) -> None:
+    """Fit the model and look for a saved crossover table now, collectively, where every
+    rank is at the same call (not midway through a collective whose steps pick an
+    algorithm)."""
+    params(comm, timeout=timeout)
+    lookup(comm, timeout=timeout)
+
+
+def choose(comm: Communicator, nbytes: int, *, timeout: float | None = None) -> str:
+    """The algorithm "auto" runs for ``nbytes`` (identical on all ranks): the least
+    predicted time, overruled where the communicator's measured crossover table covers the
+    size and times that pick clearly slower than its winner (:class:`Crossovers`). Fits the
+    model, and looks for a saved table, on first use (collective), each wait bounded by
+    ``timeout``."""
+    model = predicted_best(comm.size, nbytes, params(comm, timeout=timeout))
+    table = lookup(comm, timeout=timeout)
+    measured = table.pick(nbytes, model) if table is not None else None
+    return model if measured is None else measured

@@ -13,40 +13,18 @@ collective the others abandoned.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
+from .agreement import PATHS, WIDTH, check, message
+from .agreement import digest as digest  # the fingerprint validated fields use
 from .config import shaping
 from .errors import MismatchError
 from .transport import as_communicator
 from .transport.base import Communicator
-
-#: int64 values every validation message holds.
-WIDTH = 16
-
-#: Code of each validated call path (0 is never used: a zeroed message is not a path).
-PATHS: dict[str, int] = {
-    "allreduce": 1,
-    "compressed allreduce": 2,
-    "reduce_scatter": 3,
-    "allgather": 4,
-    "broadcast": 5,
-    "sparse_allreduce": 6,
-    "barrier": 7,
-    "settings": 8,
-    "refused": 9,  # a rank whose own arguments were refused before it could validate them
-}
-_NAMES = {code: name for name, code in PATHS.items()}
-_NAMES[PATHS["refused"]] = "a call that refused its own arguments (see that rank's error)"
-
-
-def digest(text: str) -> int:
-    """A 31-bit fingerprint of a string (names, specs) that every process computes alike."""
-    return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
 
 def agree(comm: Communicator, path: str, fields: dict[str, int], timeout: float | None,
@@ -57,33 +35,9 @@ def agree(comm: Communicator, path: str, fields: dict[str, int], timeout: float 
     the same message and are returned, not compared. Returns the gathered table, one row per
     rank, the columns being ``fields`` then ``shared`` in order.
     """
-    shared = shared or {}
-    values = [PATHS[path], len(fields) + len(shared), *fields.values(), *shared.values()]
-    if len(values) > WIDTH:
-        raise ValueError(f"{path}: {len(values)} validation values exceed the {WIDTH} slots")
-    vec = np.zeros(WIDTH, np.int64)
-    vec[:len(values)] = [int(v) for v in values]
+    vec = message(path, fields, shared)
     table = comm.allgather_ints(vec, collective=f"{path} (validation)", timeout=timeout)
-    codes = table[:, 0]
-    if (codes != codes[0]).any():
-        calls = ", ".join(f"rank {r}: {_NAMES.get(int(c), f'another call (code {int(c)})')}"
-                          for r, c in enumerate(codes))
-        raise MismatchError(
-            f"{path}: ranks are in different calls ({calls}); every rank must make the same "
-            "call, with the same compressor or none"
-        )
-    if (table[:, 1] != table[0, 1]).any():
-        raise MismatchError(f"{path}: ranks validated {table[:, 1].tolist()} fields; every "
-                            "rank must run the same version of compcoll")
-    for j, name in enumerate(fields):
-        column = table[:, 2 + j]
-        if (column != column[0]).any():
-            values_by_rank = ", ".join(f"rank {r}: {v}" for r, v in enumerate(column.tolist()))
-            raise MismatchError(
-                f"{path}: ranks disagree on {name} ({values_by_rank}); every rank must pass "
-                f"the same {name}"
-            )
-    return table[:, 2:2 + len(fields) + len(shared)]
+    return check(table, path, fields, shared)
 
 
 def open_comm(comm: Any, timeout: float | None) -> Communicator:

@@ -8,44 +8,10 @@ schemes and the test matrix all iterate this registry.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from . import native, rabenseifner, recursive_doubling, ring, tree, two_level
-from .common import Job, Steps
+from .registry import REGISTRY, Algorithm, CostFormula, get, modeled, names, register
 
-if TYPE_CHECKING:
-    from ..costparams import CostParams
-
-#: cost(p, n, c, s): seconds for n bytes over p ranks, parameters c, pipeline segment s bytes.
-CostFormula = Callable[[int, float, "CostParams", float], float]
-
-
-@dataclass(frozen=True)
-class Algorithm:
-    """A named allreduce algorithm: a generator over a Job (see algorithms.common), its cost
-    formula and the bytes its busiest rank sends (None for the engines' own, unmodeled)."""
-
-    name: str
-    run: Callable[[Job], Steps]
-    summary: str
-    ours: bool = True  # False for the engines' own implementations (baselines)
-    cost: CostFormula | None = None
-    wire_bytes: Callable[[int, int], float] | None = None  # (p, nbytes) -> bytes sent
-
-
-REGISTRY: dict[str, Algorithm] = {}
-
-
-def register(name: str, run: Callable[[Job], Steps], summary: str, ours: bool = True, *,
-             cost: CostFormula | None = None,
-             wire_bytes: Callable[[int, int], float] | None = None) -> None:
-    """Add an algorithm under ``name``; one with a ``cost`` is a candidate of "auto"."""
-    if name in REGISTRY:
-        raise ValueError(f"algorithm {name!r} is already registered")
-    REGISTRY[name] = Algorithm(name, run, summary, ours, cost, wire_bytes)
-
+__all__ = ["REGISTRY", "Algorithm", "CostFormula", "get", "modeled", "names", "register"]
 
 register("ring", ring.allreduce, "segmented, pipelined ring reduce-scatter + allgather",
          cost=ring.cost, wire_bytes=ring.wire_bytes)
@@ -63,21 +29,3 @@ register("two_level", two_level.allreduce,
          cost=two_level.cost, wire_bytes=two_level.wire_bytes)
 register("mpi", native.mpi, "the MPI library's MPI_Allreduce (baseline)", ours=False)
 register("torch", native.torch, "torch.distributed.all_reduce (baseline)", ours=False)
-
-
-def get(name: str) -> Algorithm:
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown algorithm {name!r}; available: auto, {', '.join(REGISTRY)}"
-        ) from None
-
-
-def names() -> list[str]:
-    return list(REGISTRY)
-
-
-def modeled() -> list[Algorithm]:
-    """The algorithms with a cost formula, in registration order ("auto" picks among them)."""
-    return [a for a in REGISTRY.values() if a.cost is not None]

@@ -16,7 +16,7 @@ from .common import Job, Steps, partition, pof2_below
 from .recursive_doubling import fold_bytes, fold_cost, folded, real_rank
 
 if TYPE_CHECKING:
-    from ..costmodel import CostParams
+    from ..costparams import CostParams
 
 
 def allreduce(job: Job) -> Steps:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from .common import Job, Steps, pof2_below, segments
 
 if TYPE_CHECKING:
-    from ..costmodel import CostParams
+    from ..costparams import CostParams
 
 
 def _fold_partner(job: Job) -> tuple[bool, int] | None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from .common import Job, Steps, partition, segments
 
 if TYPE_CHECKING:
-    from ..costmodel import CostParams
+    from ..costparams import CostParams
 
 
 def reduce_scatter(job: Job, blocks: list[tuple[int, int]]) -> Steps:

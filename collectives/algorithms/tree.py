@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from .common import Job, Steps, segments
 
 if TYPE_CHECKING:
-    from ..costmodel import CostParams
+    from ..costparams import CostParams
 
 WINDOW = 4  # receive segments in flight per child during the reduce
 

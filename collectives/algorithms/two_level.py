@@ -33,10 +33,10 @@ from ..topology import host_comms, topology
 from ..transport.base import Communicator
 from . import ring, tree
 from .common import Job, Steps, partition
+from .registry import Algorithm, get
 
 if TYPE_CHECKING:
     from ..costparams import CostParams
-    from . import Algorithm
 
 #: the flat algorithm (a registered name) of the cross-host step; "ring" by default
 CROSS = "ring"
@@ -44,8 +44,6 @@ CROSS = "ring"
 
 def cross_algorithm() -> Algorithm:
     """The registry's entry of ``CROSS`` (ValueError where it names no flat algorithm)."""
-    from . import get  # the registry, which imports this module
-
     if CROSS == "two_level":
         raise ValueError("the cross-host step of two_level needs a flat algorithm (ring, "
                          "tree, recursive_doubling, rabenseifner, mpi or torch), not "

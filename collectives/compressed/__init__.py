@@ -32,8 +32,8 @@ from compressors import Compressor, ErrorFeedback
 from compressors.dtypes import DType
 
 from ..algorithms.common import Steps
-from ..costmodel import CostParams
-from ..pricing import SchemeLoad
+from ..costmodel import SchemeLoad
+from ..costparams import CostParams
 from . import dense, gather, rsag, sparse
 from .common import Ctx
 
@@ -116,3 +116,28 @@ def make_ctx(comm: Any, tag: int, comp: Compressor, feedback: ErrorFeedback | No
              step: int, x: Any, dtype: DType, **options: Any) -> Ctx:
     acc = np.dtype(np.float64 if dtype.name == "float64" else np.float32)
     return Ctx(comm, tag, comp, feedback, name, step, x, dtype, acc, **options)
+
+
+def scheme_costs(scheme: str, p: int, numel: int, value_bytes: int, payload_bytes: int,
+                 c: CostParams, compress_s_per_byte: float, decompress_s_per_byte: float,
+                 sparse_k: int = 0, segment: int | None = None) -> tuple[float, float]:
+    """(communication, codec) seconds of a compressed allreduce of ``numel`` elements
+    (``collectives.pricing``); codec = encoding, decoding and summing decoded values."""
+    n_bytes = numel * value_bytes
+    comp = compress_s_per_byte * n_bytes
+    decomp = decompress_s_per_byte * n_bytes
+    if p <= 1:
+        return 0.0, comp + decomp
+    if scheme not in SCHEMES:
+        raise ValueError(f"no price for scheme {scheme!r}")
+    load = SchemeLoad(p, numel, value_bytes, payload_bytes, comp, decomp, sparse_k, segment)
+    return SCHEMES[scheme].price(load, c)
+
+
+def predict_scheme(scheme: str, p: int, numel: int, value_bytes: int, payload_bytes: int,
+                   c: CostParams, compress_s_per_byte: float, decompress_s_per_byte: float,
+                   sparse_k: int = 0) -> float:
+    """Predicted seconds of a compressed allreduce of ``numel`` elements
+    (``collectives.pricing``)."""
+    return sum(scheme_costs(scheme, p, numel, value_bytes, payload_bytes, c,
+                            compress_s_per_byte, decompress_s_per_byte, sparse_k))

@@ -10,7 +10,7 @@ from compressors import ErrorFeedback
 from compressors.arrays import device_empty_like
 from compressors.dtypes import lookup
 
-from .. import buffers, costmodel, ops
+from .. import buffers, ops, tuning
 from ..algorithms import two_level
 from ..config import defaults
 from ..progress import Handle
@@ -80,7 +80,7 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
     if algorithm in ("auto", "two_level"):  # the dense scheme's algorithm may be two_level
         two_level.prepare(c, timeout=timeout)
     if "auto" in (scheme, algorithm, sparse_algorithm):
-        costmodel.ready(c, timeout=timeout)  # collectively, not midway through the scheme
+        tuning.ready(c, timeout=timeout)  # collectively, not midway through the scheme
     if scheme == "auto":
         scheme = choose(c, comp, numel, dtype.itemsize, schemes)
     if codec is not None and scheme in ondevice.SCHEMES:

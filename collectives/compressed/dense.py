@@ -8,11 +8,11 @@ import numpy as np
 
 from compressors.dtypes import BY_NAME, DType
 
-from .. import costmodel, pricing
+from .. import costmodel, tuning
 from ..algorithms import get as get_algorithm
 from ..algorithms.common import Job, Steps
 from ..config import defaults
-from ..costmodel import CostParams
+from ..costparams import CostParams
 from .common import Ctx, to_acc
 
 # The payload buffer that adds up; the others (random-k's shared key) are equal on all ranks.
@@ -28,7 +28,7 @@ def allreduce_buffer(ctx: Ctx, buf: np.ndarray, dtype: DType) -> Steps:
     """Sum ``buf`` over all ranks in place with the dense algorithm of the call."""
     name = ctx.algorithm
     if name == "auto":
-        name = costmodel.choose(ctx.comm, buf.nbytes)
+        name = tuning.choose(ctx.comm, buf.nbytes)
     seg = max(1, defaults.segment_bytes // dtype.itemsize)
     job = Job(ctx.comm, buf.reshape(-1), dtype, "sum", ctx.tag, seg, f"compressed[{name}]")
     yield from get_algorithm(name).run(job)
@@ -66,9 +66,9 @@ def _power(ctx: Ctx) -> Steps:
             ctx.out[...] = to_acc(comp.reconstruct(pctx, q_sum, ctx.name), ctx.acc)
 
 
-def price(load: pricing.SchemeLoad, c: CostParams) -> tuple[float, float]:
+def price(load: costmodel.SchemeLoad, c: CostParams) -> tuple[float, float]:
     """The payload allreduced by the fastest dense algorithm; one encode and one decode."""
-    return (pricing.best_dense(load.p, load.payload_bytes, c, load.segment)[1],
+    return (costmodel.best_dense(load.p, load.payload_bytes, c, load.segment)[1],
             load.encode_s + load.decode_s)
 
 

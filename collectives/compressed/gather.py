@@ -3,9 +3,9 @@ payloads and sums them in fp32 in rank order (so all ranks hold the same bits)."
 
 from __future__ import annotations
 
-from .. import pricing
+from .. import costmodel
 from ..algorithms.common import Steps
-from ..costmodel import CostParams
+from ..costparams import CostParams
 from ..exchange import allgatherv
 from .common import Ctx, wire_sizes
 
@@ -22,7 +22,7 @@ def run(ctx: Ctx) -> Steps:
             ctx.decode_bytes_add(data, ctx.out, own)
 
 
-def price(load: pricing.SchemeLoad, c: CostParams) -> tuple[float, float]:
+def price(load: costmodel.SchemeLoad, c: CostParams) -> tuple[float, float]:
     """(p-1) alpha + (p-1) B beta; p decodes of n and (p-1) nV gamma of sums."""
     p = load.p
     return ((p - 1) * (c.alpha + load.payload_bytes * c.beta),

@@ -29,8 +29,8 @@ from ..algorithms import ring, two_level
 from ..algorithms.common import Job, Steps, partition
 from ..buffers import Prepared
 from ..config import defaults
+from ..costmodel import SchemeLoad
 from ..costparams import CostParams
-from ..pricing import SchemeLoad
 from ..progress import Handle
 from ..topology import host_comms, topology
 from ..transport.base import Communicator

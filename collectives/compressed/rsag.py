@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import pricing
+from .. import costmodel
 from ..algorithms.common import Steps, partition
 from ..config import defaults
-from ..costmodel import CostParams
+from ..costparams import CostParams
 from ..exchange import allgatherv, alltoallv
 from ..interleave import concurrently
 from .common import Ctx, wire_sizes
@@ -98,7 +98,7 @@ def _segment(ctx: Ctx, x: Any, base: int, total: int, tag: int, label: str, owne
         ctx.decode_bytes_into(data, ctx.out[base + a:base + b], summed if j == r else None)
 
 
-def price(load: pricing.SchemeLoad, c: CostParams) -> tuple[float, float]:
+def price(load: costmodel.SchemeLoad, c: CostParams) -> tuple[float, float]:
     """2(p-1) alpha + 2(p-1)/p B beta; the owner decodes p blocks of n/p, adds them
     ((p-1)/p nV gamma) and re-encodes one; everyone decodes the gathered n."""
     p, comp, decomp = load.p, load.encode_s, load.decode_s

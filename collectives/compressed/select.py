@@ -12,9 +12,10 @@ import numpy as np
 
 from compressors import Compressor
 
-from .. import costmodel, pricing
+from .. import costmodel
 from ..costparams import CostParams
 from ..transport.base import Communicator
+from . import predict_scheme
 
 _PROBE = 1 << 18
 
@@ -56,6 +57,6 @@ def choose(comm: Communicator, comp: Compressor, numel: int, value_bytes: int,
     ranks = comm.size if p is None else p
 
     def price(s: str) -> float:
-        return pricing.predict_scheme(s, ranks, numel, value_bytes, payload, c, cs, ds, k)
+        return predict_scheme(s, ranks, numel, value_bytes, payload, c, cs, ds, k)
 
     return min(schemes, key=lambda s: (price(s), s))

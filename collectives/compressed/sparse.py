@@ -11,11 +11,12 @@ import numpy as np
 from compressors import kernels
 from compressors.arrays import to_f32
 
-from .. import pricing
+from .. import costmodel
 from ..algorithms.common import Steps
-from ..costmodel import CostParams
+from ..costparams import CostParams
 from ..exchange import allgather_ints
 from ..sparse import ALGORITHMS, PARTS, choose, modeled
+from ..sparse import predict as sparse_predict
 from ..sparse.common import SparseJob
 from ..sparse.merge import coalesce, index_dtype, to_dense
 from .common import Ctx
@@ -49,7 +50,7 @@ def run(ctx: Ctx) -> Steps:
             algo = choose(ctx.comm, n, k, ctx.acc.itemsize)
     vb = ctx.acc.itemsize
     job = SparseJob(ctx.comm, ctx.tag, idx, val, n, ctx.acc, k,
-                    pricing.sparse_dense_threshold(index_dtype(n).itemsize, vb))
+                    costmodel.sparse_dense_threshold(index_dtype(n).itemsize, vb))
     if algo in PARTS:  # the result goes straight to dense, never built as one set
         parts = yield from PARTS[algo](job)
         if ctx.fb is not None and not fused:
@@ -72,9 +73,9 @@ def run(ctx: Ctx) -> Steps:
 
 
 
-def price(load: pricing.SchemeLoad, c: CostParams) -> tuple[float, float]:
+def price(load: costmodel.SchemeLoad, c: CostParams) -> tuple[float, float]:
     """The cheapest exact sparse allreduce of the payload's k entries (4-byte indices)."""
-    return (min(pricing.predict_sparse(a, load.p, load.numel, load.sparse_k, c, 4,
+    return (min(sparse_predict(a, load.p, load.numel, load.sparse_k, c, 4,
                                        load.value_bytes) for a in modeled()),
             load.encode_s + load.decode_s)
 

@@ -3,7 +3,7 @@
 Algorithms (registry ``ALGORITHMS``): ``ssar_recursive_doubling``, ``ssar_split_allgather``,
 ``dsar`` (SparCML, Renggli et al. SC'19) and ``gtopk`` (global top-k, result k-sparse). Each
 entry (``SparseAlgorithm``) holds how it runs, its price in the cost model and, where it can,
-how it hands its result over in parts; "auto" and ``pricing`` read the entries.
+how it hands its result over in parts; "auto" and the pricing read the entries.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import numpy as np
 
 from compressors.arrays import is_cupy, is_torch
 
-from .. import costmodel, pricing
+from .. import costmodel
 from ..config import defaults
+from ..costparams import CostParams
 from ..progress import Handle
 from ..transport.base import Request
 from ..validation import agree, open_comm, refusing
@@ -129,7 +130,7 @@ def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
             algorithm = "gtopk" if k is not None else choose(c, int(size), int(table[:, 4].max()),
                                                              acc.itemsize)
     job = SparseJob(c, c.next_tag(), idx, val, int(size), acc, k,
-                    pricing.sparse_dense_threshold(index_dtype(size).itemsize, acc.itemsize))
+                    costmodel.sparse_dense_threshold(index_dtype(size).itemsize, acc.itemsize))
     result: dict[str, Any] = {}
 
     def steps() -> SparseSteps:
@@ -184,5 +185,15 @@ def choose(comm: Any, size: int, nnz: int, value_bytes: int) -> str:
     c = costmodel.params(comm)
     ib = index_dtype(size).itemsize
     return min(modeled(),
-               key=lambda a: (pricing.predict_sparse(a, comm.size, size, nnz, c, ib, value_bytes),
+               key=lambda a: (predict(a, comm.size, size, nnz, c, ib, value_bytes),
                               a))
+
+
+def predict(algorithm: str, p: int, n: int, k: int, c: CostParams,
+                   index_bytes: int = 4, value_bytes: int = 4) -> float:
+    """Predicted seconds of a sparse allreduce (formulas: ``collectives.pricing``)."""
+    if p <= 1:
+        return 0.0
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"no price for sparse algorithm {algorithm!r}")
+    return ALGORITHMS[algorithm].price(p, n, k, c, index_bytes, value_bytes)

@@ -11,7 +11,7 @@ import numpy as np
 from ..transport.base import Communicator, Request
 
 if TYPE_CHECKING:
-    from ..costmodel import CostParams
+    from ..costparams import CostParams
 
 Sparse = tuple[np.ndarray, np.ndarray]
 SparseSteps = Generator[list[Request], None, Sparse]

@@ -22,7 +22,7 @@ from .common import Sparse, SparseJob, SparseSteps, split_by_ranges
 from .merge import merge, pack, unpack
 
 if TYPE_CHECKING:
-    from ..costmodel import CostParams
+    from ..costparams import CostParams
 
 
 def top_k(idx: np.ndarray, val: np.ndarray, k: int) -> Sparse:

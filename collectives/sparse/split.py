@@ -20,7 +20,7 @@ from .common import Sparse, SparseJob, SparseSteps, even_bounds, split_by_ranges
 from .merge import merge, pack, unpack
 
 if TYPE_CHECKING:
-    from ..costmodel import CostParams
+    from ..costparams import CostParams
 
 
 def _owned(job: SparseJob, bounds: np.ndarray) -> SparseSteps:

@@ -17,7 +17,7 @@ from .common import Sparse, SparseJob, SparseSteps
 from .merge import merge, pack, unpack
 
 if TYPE_CHECKING:
-    from ..costmodel import CostParams
+    from ..costparams import CostParams
 
 
 def _swap(job: SparseJob, peer: int, mine: np.ndarray, what: str) -> SparseSteps:

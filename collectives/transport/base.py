@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..agreement import check, message
 from ..config import check_timeout
 from ..errors import CommunicationError, CommunicatorUnusable, TransportError
 from .waiting import test_all, wait_all
 
 if TYPE_CHECKING:
-    from ..costmodel import CostParams
+    from ..costparams import CostParams
 
 
 class Request(ABC):
@@ -221,9 +222,9 @@ class Communicator(ABC):
 
         It sends the validation layout, so a rank in a barrier while another validates a
         collective makes both raise MismatchError instead of misreading each other."""
-        from ..validation import agree  # validation is written on this module
-
-        agree(self, "barrier", {}, timeout)
+        table = self.allgather_ints(message("barrier", {}), collective="barrier (validation)",
+                                    timeout=timeout)
+        check(table, "barrier", {})
 
     def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
                  tag: int, *, collective: str = "sendrecv", timeout: float | None = None) -> None:

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ..config import resolve_timeout
 from ..errors import CollectiveTimeout, CommunicationError
 
-if TYPE_CHECKING:
-    from .base import Communicator, Request
+
+class Request(Protocol):
+    """What waiting reads of a request (``transport.base.Request``, written on this module)."""
+
+    owner: Any  # its Communicator (check_usable, fail), or None
+    what: str
+    peer: int | None
+    blocking: bool
+
+    def test(self) -> bool: ...
+
+    def block(self, seconds: float) -> bool: ...
 
 # Polling: spin on the engine, then yield the core, then sleep with back-off (long waits).
 _SPINS = int(os.environ.get("COMPCOLL_POLL_SPINS", 32))
@@ -43,7 +53,7 @@ def test_all(requests: list[Request]) -> bool:
         raise
 
 
-def _owners(requests: list[Request]) -> list[Communicator]:
+def _owners(requests: list[Request]) -> list[Any]:
     first = requests[0].owner if requests else None
     if all(r.owner is first for r in requests):  # the usual case: one communicator
         return [] if first is None else [first]

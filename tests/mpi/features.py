@@ -162,9 +162,9 @@ def auto_and_errors(chk: Checker) -> None:
     for n in (1, 1000, 1 << 20):
         x = np.ones(n, dtype=np.float32)
         chk.check(bool((collectives.allreduce(x) == P).all()), f"auto n={n}")
-    from collectives import as_communicator, costmodel
+    from collectives import as_communicator, tuning
 
-    names = WORLD.allgather([costmodel.choose(as_communicator(None), n) for n in
+    names = WORLD.allgather([tuning.choose(as_communicator(None), n) for n in
                              (8, 1 << 16, 1 << 24)])
     chk.check(all(nm == names[0] for nm in names), f"auto picks the same everywhere: {names}")
     if P > 1:

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 
 import collectives
-from collectives import costmodel, tuning
+from collectives import costmodel, tuner, tuning
 from collectives.algorithms import modeled
 
 from common import WORLD, Checker
@@ -30,7 +30,7 @@ def main() -> None:
 
     # tune: one table on every rank, the winners among the modeled algorithms
     comm = fresh()
-    table = chk.run("tune", tuning.tune, comm, sizes=SIZES, reps=2)
+    table = chk.run("tune", tuner.tune, comm, sizes=SIZES, reps=2)
     if table is None:
         chk.finish()
     everyone = WORLD.allgather((table.sizes, table.times))
@@ -42,11 +42,11 @@ def main() -> None:
     pinned = tuning.Crossovers(SIZES, {a: (1.0, 1.0) for a in names}
                                | {"tree": (0.5, 2.0), "recursive_doubling": (2.0, 0.5)})
     comm.cache.crossovers = pinned
-    chk.check(costmodel.choose(comm, SIZES[0]) == "tree", "table's winner at 64 KiB")
-    chk.check(costmodel.choose(comm, 1 << 30) == "recursive_doubling", "largest size's winner")
+    chk.check(tuning.choose(comm, SIZES[0]) == "tree", "table's winner at 64 KiB")
+    chk.check(tuning.choose(comm, 1 << 30) == "recursive_doubling", "largest size's winner")
     c = costmodel.params(comm)
     below = costmodel.predicted_best(comm.size, 4096, c)
-    chk.check(costmodel.choose(comm, 4096) == below, "the model below the table")
+    chk.check(tuning.choose(comm, 4096) == below, "the model below the table")
     for n in (0, 1, 7, 16411, 65536 // 4 + 3, 200003):  # sizes on both sides of 64 KiB
         x = np.arange(n, dtype=np.float32) * (WORLD.rank + 1)
         got = collectives.allreduce(x, comm=comm)
@@ -56,7 +56,7 @@ def main() -> None:
 
     # the saved table is found by a fresh communicator's first auto pick
     later = fresh()
-    picked = costmodel.choose(later, SIZES[-1])
+    picked = tuning.choose(later, SIZES[-1])
     chk.check(later.cache.crossovers == table, "saved table loaded, equal to the tuned one")
     model = costmodel.predicted_best(WORLD.size, SIZES[-1], costmodel.params(later))
     chk.check(picked == table.pick(SIZES[-1], model), f"the loaded table's pick: {picked}")
@@ -64,7 +64,7 @@ def main() -> None:
     # COMPCOLL_TUNE=0 (collectives.defaults.tune, read from it at first use): not looked for
     collectives.defaults.tune = False
     off = fresh()
-    costmodel.choose(off, SIZES[-1])
+    tuning.choose(off, SIZES[-1])
     chk.check(off.cache.crossovers is None, "COMPCOLL_TUNE=0 skips the saved table")
     collectives.defaults.tune = True
 
@@ -76,7 +76,7 @@ def main() -> None:
     damaged = fresh()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        costmodel.choose(damaged, SIZES[-1])
+        tuning.choose(damaged, SIZES[-1])
     chk.check(damaged.cache.crossovers is None, "a damaged table is ignored")
     if WORLD.rank == 0:
         chk.check(any("ignored" in str(w.message) for w in caught),

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from collectives import costmodel
+from collectives import costmodel, tuning
 from collectives.algorithms import REGISTRY
 from compressors import dtypes
 
@@ -21,7 +21,7 @@ def _row(case: Case | CompressedCase, name: str, timing: Timing,
     comm, count = case.comm, len(case.send)
     nbytes = count * case.dtype.itemsize
     algbw = nbytes / timing.median / 1e9
-    chosen = costmodel.choose(comm, nbytes) if name == "auto" else None
+    chosen = tuning.choose(comm, nbytes) if name == "auto" else None
     modeled = chosen or name
     model = costmodel.predict(modeled, comm.size, nbytes, cost) if modeled in costmodel.MODELED \
         else None

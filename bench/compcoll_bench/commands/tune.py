@@ -1,6 +1,6 @@
 """``compcoll tune``: measure "auto"'s crossover table on this machine and save it.
 
-Runs ``collectives.tuning.tune`` on ``-np`` ranks: every modeled algorithm timed at each
+Runs ``collectives.tuner.tune`` on ``-np`` ranks: every modeled algorithm timed at each
 size (float32 sum), the fastest kept. Prints each algorithm's time, the measured winner and
 the cost model's pick at each size; saves the table where every later "auto" on the same
 world size, hosts and library finds it (see ``collectives.tuning``).
@@ -12,7 +12,7 @@ import argparse
 import datetime
 import json
 
-from collectives import as_communicator, costmodel
+from collectives import as_communicator, costmodel, tuner
 from collectives import tuning as tuning_mod
 
 from ..cli import UsageError, command
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if code is not None:
         return code
     comm = as_communicator(None)
-    table = tuning_mod.tune(comm, sizes=sizes, reps=args.reps, save=not args.no_save)
+    table = tuner.tune(comm, sizes=sizes, reps=args.reps, save=not args.no_save)
     cost = costmodel.params(comm)
     key = tuning_mod.key(comm)
     if comm.rank != 0:
