@@ -130,6 +130,11 @@ def _bound(uplink: float | None, rate: float | None) -> dict[str, float]:
     return {"host_uplink_bytes": uplink, **({"bound_s": uplink / rate} if rate else {})}
 
 
+def _jsonable(value: Any) -> Any:
+    """A number as a float; anything else the JSON cannot hold (a link class) as text."""
+    return float(value) if isinstance(value, np.generic | int | float) else repr(value)
+
+
 @command("bench compressed", arguments=_arguments)
 def run(args: argparse.Namespace) -> int:
     specs = args.compressor or DEFAULT
@@ -220,5 +225,5 @@ def run(args: argparse.Namespace) -> int:
             with open(args.json, "w") as f:
                 json.dump({"command": ["compcoll", *args.argv], "ranks": p, "bytes": args.size,
                            "link": emulated.describe(args, p), "cost_params": vars(cost),
-                           "rows": rows}, f, indent=1, default=float)
+                           "rows": rows}, f, indent=1, default=_jsonable)
     return 0
