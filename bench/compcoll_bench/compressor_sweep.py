@@ -2,9 +2,9 @@
 
 Run: ``compcoll bench compressors`` (or ``python -m compcoll_bench.compressor_sweep``): it
 writes ``compcoll-results/compressors.json`` and a Markdown table beside it, unless ``--out``
-says where (the committed summary: ``--out bench/results/compressors/compressors.json``). Throughput is
-GB/s of float32 input, median over repeats, with preallocated outputs (payload buffers reused
-through ``compress(out=)``, ``decompress(out=)``).
+says where (the committed summary: ``--out bench/results/compressors/compressors.json``).
+Throughput is GB/s of float32 input, median over repeats, with preallocated outputs (payload
+buffers reused through ``compress(out=)``, ``decompress(out=)``).
 """
 
 from __future__ import annotations
