@@ -18,7 +18,7 @@ import pytest
 import collectives
 from collectives import files, tuning
 from collectives.algorithms import modeled
-from collectives.policy import AutoPolicy, cache, plan
+from collectives.policy import cache, plan
 from collectives.transport import CommCache
 from collectives.tuning import Crossovers
 from tests.test_policy_cache import Ranks, decided, drive, model, policy
@@ -256,11 +256,6 @@ def test_the_planner_refuses_measurements_where_no_plan_fits_with_a_value_error(
                   fixed=[0.0, 0.0], buckets=[0])
 
 
-@pytest.fixture
-def _one_bucket_per_step(monkeypatch) -> None:
-    monkeypatch.setattr(AutoPolicy, "PROBE_ELEMENTS", 1)
-
-
 def _bounds(record, extreme: str) -> None:
     """Every number of ``record`` at the bound of its range that ``extreme`` names."""
     cands, top = record["candidates"], extreme == "largest"
@@ -274,7 +269,11 @@ def _bounds(record, extreme: str) -> None:
             cols += [err, 0.0 if top else cache.MAX_SQUARES,
                      cache.MAX_SECONDS if top else tiny, cache.MAX_SECONDS if top else tiny,
                      most if top else tiny, float(numel[name]) if top else 0.0,
-                     0.0 if spec == "none" else (cache.MAX_SQUARES if top else 0.0)]
+                     0.0 if spec == "none" else (cache.MAX_SQUARES if top else 0.0),
+                     0.0 if spec == "none" else (cache.MAX_SQUARES if top else 0.0),
+                     0.0 if top else cache.MAX_SQUARES,
+                     0.0 if spec == "none" else (cache.MAX_SQUARES if top else 0.0),
+                     1e9 if top else 0.0]
         record["table"][name] = cols
     record["fit"] = {k: cache.MAX_FIT if top else 0.0 for k in ("alpha", "beta", "gamma")}
     record["measured"] = {"ranks": 4,
@@ -282,7 +281,6 @@ def _bounds(record, extreme: str) -> None:
                           "overhead_s": {c: cache.MAX_SECONDS if top else 0.0 for c in cands}}
 
 
-@pytest.mark.usefixtures("_one_bucket_per_step")
 @pytest.mark.parametrize("extreme", ["largest", "smallest"])
 def test_any_file_the_cache_accepts_is_planned_without_an_error(tmp_path, extreme) -> None:
     """The bounds of every field together: what validation lets through, the planner can

@@ -44,7 +44,8 @@ def model(width: int = 1024) -> list[list[Layer]]:
 
 def policy(tmp_path, **kw) -> AutoPolicy:
     options = {"first": 1, "probe_steps": 2, "every": 4, "window": 2, "max_error": 0.3,
-               "cost": SLOW, "latency": LATENCY, "cache_dir": str(tmp_path), **kw}
+               "cost": SLOW, "latency": LATENCY, "cache_dir": str(tmp_path),
+               "profile_elements_per_step": 1, **kw}  # each bucket its own steps
     return AutoPolicy(**options)
 
 
@@ -69,19 +70,12 @@ def decided(pol: AutoPolicy) -> list[tuple[int, str]]:
     return [(e["step"], e["event"]) for e in pol.log if e["event"].startswith("decided")]
 
 
-@pytest.fixture(autouse=True)
-def _one_bucket_per_step(monkeypatch) -> None:
-    """These tests follow the measurements bucket by bucket: each bucket its own steps."""
-    monkeypatch.setattr(AutoPolicy, "PROBE_ELEMENTS", 1)
-
-
 @pytest.mark.parametrize("per_step", [1 << 20, 1 << 16])
 def test_buckets_are_profiled_together_within_a_budget_and_small_layers_never(
         tmp_path, monkeypatch, per_step) -> None:
-    """Whole buckets are profiled in the same steps while their sampled elements fit
-    ``PROBE_ELEMENTS``; past it, one group of buckets after another."""
-    pol = policy(tmp_path, cache=False)
-    monkeypatch.setattr(AutoPolicy, "PROBE_ELEMENTS", per_step)
+    """Whole buckets are profiled in the same steps while their elements fit
+    ``profile_elements_per_step``; past it, one group of buckets after another."""
+    pol = policy(tmp_path, cache=False, profile_elements_per_step=per_step)
     seen: list[tuple[int, str]] = []
     real = profile.Profiler.observe
 
@@ -96,7 +90,7 @@ def test_buckets_are_profiled_together_within_a_budget_and_small_layers_never(
         assert seen == [(1, "fc1.weight"), (1, "fc2.weight"), (2, "fc1.weight"),
                         (2, "fc2.weight")], seen
         assert decided(pol)[0] == (3, "decided (measured)")
-    else:  # a bucket's sample at a time: fc1 at steps 1-2, fc2 at 3-4
+    else:  # a bucket at a time (fc1 alone is over the bound): fc1 at steps 1-2, fc2 at 3-4
         assert seen == [(1, "fc1.weight"), (2, "fc1.weight"), (3, "fc2.weight"),
                         (4, "fc2.weight")], seen
         assert decided(pol)[0] == (5, "decided (measured)")
@@ -104,9 +98,10 @@ def test_buckets_are_profiled_together_within_a_budget_and_small_layers_never(
     assert pol.decisions["fc1.weight"] != "none"  # 1 Gbit/s: a 512 KiB layer pays
     assert all(pol.decisions[n] == "none" for n in ("fc1.bias", "fc2.bias"))
     for bucket in model()[:2]:
-        # A bias rides in its bucket's quantizer group; never beside top-k or low rank.
+        # A bias rides in its bucket's 16-bit group; never beside top-k or low rank, nor in
+        # a quantizer's group under Adam (its error there is not measured).
         spec = pol.decisions[bucket[0].name]
-        dense = not spec.startswith(("topk", "powersgd", "none"))
+        dense = spec.startswith(("fp16", "bf16"))
         assert pol.choose_bucket(bucket) == [spec, spec if dense else "none"]
 
 
@@ -458,7 +453,7 @@ def test_a_growing_residual_rules_a_compressor_out(monkeypatch) -> None:
 
 
 def test_small_layers_ride_only_in_a_bucket_of_one_elementwise_compressor() -> None:
-    pol = AutoPolicy()
+    pol = AutoPolicy(optimizer="sgd")
     w, v = Layer("w", 1 << 20, (1024, 1024), "linear"), Layer("v", 1 << 16, (256, 256), "linear")
     b = Layer("b", 1024, (1024,), "1d")
     int4 = AutoPolicy(initial="uniform:bits=4").config.initial
@@ -470,6 +465,10 @@ def test_small_layers_ride_only_in_a_bucket_of_one_elementwise_compressor() -> N
     pol.decisions = {"w": int4, "v": "fp16", "b": "none"}  # two compressors: a bias stays out
     assert pol.choose_bucket([w, b, v]) == [int4, "none", "fp16"]
     assert pol.choose_bucket([b]) == ["none"]  # a bucket of small layers only
+    adam = AutoPolicy()  # under Adam: in a 16-bit group only
+    for big, ride in ((int4, False), ("fp16", True)):
+        adam.decisions = {"w": big, "v": big, "b": "none"}
+        assert adam.choose_bucket([w, b, v]) == [big, big if ride else "none", big], big
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])

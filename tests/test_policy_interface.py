@@ -82,7 +82,7 @@ def test_a_compressor_passed_in_is_the_one_the_hook_uses() -> None:
 STATE_KEYS = {"decisions", "rows", "log", "total_error", "measured", "fitted", "collective_s",
               "measurements", "cached", "_ready", "_layers", "_bucket", "_layout", "_tried",
               "_schedule", "_file", "_probe_start", "_last_eval", "_regime", "_live_used",
-              "signals", "profiler"}
+              "signals", "profiler", "_speeds", "_losses", "_watch", "_fallback"}
 
 
 def test_the_automatic_policys_state_dict_keeps_its_format() -> None:
@@ -103,3 +103,16 @@ def test_the_automatic_policys_state_dict_keeps_its_format() -> None:
     assert again.table() == policy.table() and again.state_dict().keys() == state.keys()
     older = {k: v for k, v in state.items() if k != "signals"}  # before the signals were kept
     AutoPolicy(cost=SLOW, latency="model").load_state_dict(older)
+    # Before the loss check, the codec speeds and the Adam-space columns: rows 7 wide.
+    cands = policy.config.candidates
+    older = {k: v for k, v in state.items()
+             if k not in ("_speeds", "_losses", "_watch", "_fallback")}
+    older["measurements"] = {n: r[:1 + 7 * len(cands)] for n, r in
+                             state["measurements"].items()}
+    older["profiler"] = {**state["profiler"], "stats": {"w": np.zeros(1 + 7 * len(cands))}}
+    del older["profiler"]["moments"]
+    again = AutoPolicy(first=0, probe_steps=1, cost=SLOW, latency="model", cache=False)
+    again.load_state_dict(older)
+    assert again.decisions == policy.decisions and not again.measurements  # measured again
+    again.update(comm, 2)
+    assert again.wants_profile(2, "w") and not again._probing.profiler.stats

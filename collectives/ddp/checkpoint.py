@@ -4,7 +4,8 @@ Saved: the step counter, the policy's state (its decisions), PowerSGD's warm-sta
 every tensor, and this rank's error-feedback residuals, cut into one array per parameter
 (so they survive a different bucketing or a different fusion of parameters into groups).
 Owner-side (second-level) residuals of the reduce-scatter/allgather scheme belong to a
-chunk of a group and are kept only when the grouping and the world size are the same.
+chunk of a group and are kept only when the grouping and the world size are the same; so are
+a two-level call's shard residuals (``name@shard<i>``), which also need the same hosts.
 
 Loading at the same world size restores each rank's own residuals (each rank loads the dict
 it saved, or one list of every rank's dicts indexed by rank). At another world size the
@@ -53,6 +54,9 @@ def state_dict(st: Any) -> dict[str, Any]:
             own = fb.residuals.get(f"{g.name}@owner")
             if own is not None:
                 owners[f"{g.spec}|{g.name}"] = own.copy()
+            for key, res in fb.residuals.items():  # a two-level call's shard residuals
+                if key.startswith(f"{g.name}@shard"):
+                    owners[f"{g.spec}|{key}"] = np.array(res)
     warm = {spec: comp.warm_state() for spec, comp in st._comps.items()
             if getattr(comp, "_warm", None)}
     return {"version": VERSION, "step": st.step, "world_size": comm.size, "rank": comm.rank,
@@ -63,12 +67,15 @@ def state_dict(st: Any) -> dict[str, Any]:
 
 def _owner_layout(comm: Any) -> list[int]:
     """What fixes the order of an owner-side residual: the elements a rank owns are listed
-    segment by segment, and the segments follow from these settings (``rsag.segment_count``)."""
+    segment by segment, and the segments follow from these settings (``rsag.segment_count``);
+    a two-level call's shard residuals follow the hosts' sizes, where they are known."""
     from ..compressed import rsag
     from ..config import defaults
 
+    topo = comm.cache.topology
+    hosts = [len(h) for h in topo.hosts] if topo is not None else []
     return [int(defaults.compressed_segment_bytes), int(rsag.MAX_SEGMENTS),
-            int(comm.matches_by_tag)]
+            int(comm.matches_by_tag), *hosts]
 
 
 def _int(key: str, v: Any, lo: int) -> int:
@@ -174,5 +181,6 @@ def load_state_dict(st: Any, state: Any) -> None:
     if same and st.error_feedback and [int(v) for v in layout] == _owner_layout(comm):
         for key, res in owners.items():
             spec, _, name = key.partition("|")
-            st.feedback(spec).residuals[f"{name}@owner"] = res
+            # "name@shard<i>[@owner]" is kept as it is; a bare name is an owner residual
+            st.feedback(spec).residuals[name if "@shard" in name else f"{name}@owner"] = res
     st.residuals_restored = same

@@ -126,6 +126,12 @@ class CompressionState:
                                    plain=self.group_algorithm()):
             self.version += 1
 
+    def observe_loss(self, loss: Any) -> None:
+        """This rank's training loss of the step under way (a float or a one-element tensor;
+        a device tensor costs a synchronization), for an adaptive policy's quality check:
+        call it on every rank after ``loss.backward()``, every step or every few steps."""
+        self.policy.observe_loss(self.current, float(loss))
+
     def groups(self, index: int, params: list[Any], ranges: list[tuple[int, int]]
                ) -> list[grouping.Group]:
         """The bucket's groups under the current decisions (cached; residuals follow a

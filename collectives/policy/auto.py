@@ -1,32 +1,33 @@
 """Automatic per-layer compressor choice: least predicted step time under an error budget.
 
 The measurements are taken once (``probing``): each layer of at least ``min_numel`` elements
-is profiled for ``probe_steps`` steps, whole DDP buckets together (relative error and
-residual growth of every candidate inside error feedback, compress and decompress time on
-this machine; until the first decision such layers send ``initial``, fp16), and the fixed
-cost of one collective per candidate is timed through this stack (``costs``). Both are kept
-on disk (``cachefile``): a later run of the same model, world size and link decides at step
-``first`` without profiling. Each layer's allreduce is priced with the fitted cost model,
-and layers are chosen by dynamic programming over the discretised budget (L-GreCo, Markov et
-al. 2024); layers of a bucket sharing a compressor are fused into one collective, so each
-(bucket, compressor) pair pays one fixed cost (``decide``, ``plan``). Later decisions
-re-price the same measurements with the live gradient statistics (``decider``).
+is profiled for ``probe_steps`` steps, a bounded number of gradient elements a step: the
+error and residual growth of every candidate inside error feedback, in the optimizer's
+measure (``criterion``: Adam's preconditioned space by default), and its codec times here
+(until the first decision such layers send ``initial``, fp16); the fixed cost of one
+collective per candidate is timed through this stack (``costs``). Both are kept on disk
+(``cachefile``): a later run of the same model, world size and link decides at step ``first``
+without profiling, and a new model on this machine times no codec timed before
+(``machine``). Each layer's allreduce is priced with the fitted cost model, and layers are
+chosen by dynamic programming over the discretised budget (L-GreCo, Markov et al. 2024),
+each (bucket, compressor) pair paying one fixed cost (``decide``, ``plan``). Later decisions
+re-price the same measurements with the live gradient statistics (``decider``). The training
+loss the user reports (:meth:`AutoPolicy.observe_loss`) checks each decision that compresses
+below 16 bits (``quality``): if the loss falls behind, those layers send 16 bits.
 
-The budget bounds the total relative error of the step, sqrt(sum_l w_l r_l^2) <= max_error,
-with w_l the layer's share of the squared gradient norm and r_l its relative error. Every
-rank reaches the same decision: measurements are combined across ranks (or read by rank 0
-and broadcast), the live norms are of the averaged gradient, identical on every rank, and
-rank 0's plan is taken by all (``plan.agreed``). Timing noise does not flip decisions: a
-candidate of more error is taken only when predicted faster by ``margin`` (10%) and
-``min_gain``, over a plan of less error and over the standing decision (hysteresis); the
-identity twin is never priced above a compressor for the work they share (``plain_first``).
-Each decision is logged on rank 0 (logger ``collectives.policy.auto``): one line at INFO,
-with the table (``report``) when the decisions changed, else the table at DEBUG.
+The budget bounds the step's total error, sqrt(sum_l w_l r_l^2) <= max_error, with w_l the
+layer's share of the squared (preconditioned) gradient norm and r_l its error. Every rank
+decides alike: measurements are combined across ranks (or read by rank 0 and broadcast), the
+live norms are of the averaged gradient, the loss is averaged over the ranks, and rank 0's
+plan is taken by all (``plan.agreed``). Timing noise does not flip decisions: more error is
+taken only for a gain of ``margin`` (10%) and ``min_gain``, over a plan of less error and over
+the standing decision (hysteresis). Each decision is logged on rank 0 (logger
+``collectives.policy.auto``): one line at INFO, with the table (``report``) when the decisions
+changed, else the table at DEBUG.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Hashable, Mapping
 from typing import Any
@@ -43,15 +44,16 @@ from .costs import Costs
 from .decider import Decider
 from .layers import Layer
 from .layout import Layout
-from .part import Kept, Part
+from .part import Kept, Part, Whole
 from .probing import Probing
+from .quality import Quality
 
 log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_CANDIDATES", "AutoConfig", "AutoPolicy"]
 
 
-class AutoPolicy(Policy):
+class AutoPolicy(Whole, Policy):
     """Measures once, prices and decides per layer; see the module doc.
 
     ``cost`` overrides the cost model fitted on the communicator (to plan for a network that
@@ -64,8 +66,6 @@ class AutoPolicy(Policy):
 
     adaptive = True
     SHIFT = 0.05  # a move of a bucket's live share that is worth pricing again
-    #: Sampled elements profiled in one step (each under every candidate): about 10 ms.
-    PROBE_ELEMENTS = 1 << 20
     NORM_EVERY = 4  # steps per gradient-norm reading once decided (see ``wants_norm``)
 
     # The state others read (and may set), kept by the parts.
@@ -84,22 +84,14 @@ class AutoPolicy(Policy):
         self._called = False  # update has run (on this communicator)
         self._unsaved = False  # measurements the cache does not hold yet
         self._layout, self._probing = Layout(), Probing(cfg)
-        self._cache, self._decider = CacheFile(cfg), Decider(cfg)
+        self._cache, self._decider, self._quality = CacheFile(cfg), Decider(cfg), Quality(cfg)
 
     def choose(self, layer: Layer) -> str:
         return self._decider.choose(layer)
 
     def choose_bucket(self, layers: list[Layer]) -> list[str]:
-        """Each layer's decision, with the small layers (under ``min_numel``) of a bucket
-        whose larger layers all use one elementwise compressor (a quantizer or a 16-bit
-        format) riding in that group.
-
-        Small layers never get a compressor of their own. Left out of such a bucket, they
-        would cost it a second collective for a few kilobytes, and the large layers would be
-        gathered into a fused buffer and scattered back around them; riding keeps the bucket
-        one collective over its own memory. Sparse and low-rank groups keep them out (a bias
-        is not a matrix, and top-k would starve it). Decided on the bucket the hook has now
-        (DDP rebuilds its buckets after the first step), the same on every rank."""
+        """Each layer's decision, small layers riding in their bucket's elementwise
+        compressor (see ``Decider.choose_bucket``)."""
         return self._decider.choose_bucket(layers)
 
     # -- what the hook reports (see ``Policy``) -------------------------------------------
@@ -124,6 +116,10 @@ class AutoPolicy(Policy):
     def observe_norm(self, step: int, sq_norm: float, bucket: Hashable | None = None) -> None:
         self._decider.signals.add(step, sq_norm, bucket)
 
+    def observe_loss(self, step: int, loss: float) -> None:
+        """This rank's training loss of ``step`` (see ``Policy.observe_loss``, ``quality``)."""
+        self._quality.add(step, float(loss))
+
     # -- deciding ------------------------------------------------------------------------
     def update(self, comm: Any, step: int, *, plain: str | None = None) -> bool:
         """Read or finish the measurements, decide when due (see ``Policy.update``).
@@ -136,26 +132,29 @@ class AutoPolicy(Policy):
         change = dec.close(step)
         if change is not None:
             self.log.append({"step": step, "event": "regime change", "norm_change": change})
+        if self._quality.due(step):
+            self._check_loss(comm, step)
         if not probing.active and step >= cfg.first:
             if not probing.ready and dec.last is None:
                 self._read_cache(comm, step)
             todo = probing.todo(self._layout)
             if not probing.ready or todo:
-                probing.begin(step, todo, self._layout, self.PROBE_ELEMENTS)
+                probing.begin(step, todo, self._layout)
         if probing.active and step >= probing.end():
-            probing.finish(comm)
+            self._cache.keep_speeds(comm, probing.finish(comm))
             self._unsaved = True
             self._decide(comm, step, plain, "measured" if dec.last is None
                          else "new layers measured")
         elif probing.active:
             self._costs.round(comm, plain)  # spread over the profiling steps
         elif probing.ready and dec.due(step):
-            if dec.last is not None and not dec.regime and not dec.moved(self.SHIFT):
+            if dec.last is not None and not dec.regime and not dec.moved(self.SHIFT) \
+                    and self._quality.fallback is None:
                 # The prices depend on nothing else that moves: the same plan, at no cost.
                 dec.keep(step)
                 self.log.append({"step": step, "event": "kept (live shares unchanged)"})
-                return False
-            self._decide(comm, step, plain, dec.why_now(self.cached))
+            else:
+                self._decide(comm, step, plain, dec.why_now(self.cached))
         if self._unsaved:  # measured something new: keep it for the next run
             self._cache.write(comm, self._layout, self.measurements, self.measured,
                               self.fitted)
@@ -174,23 +173,33 @@ class AutoPolicy(Policy):
             self.log.append({"step": step, "event": "collective latency measured",
                              "latency_us": {k: v * 1e6 for k, v in seconds.items()}})
         old = dict(self.decisions)
+        before = self._quality.before(comm, step)  # (collective when the check is on)
         out = self._decider.decide(comm, self._layout, self.measurements, cost, fixed)
         self.log.append({"step": step, "event": f"decided ({reason})",
                          "predicted_s": out.total, "error": self.total_error,
                          "collective_us": {k: v * 1e6 for k, v in self.collective_s.items()}})
-        if comm.rank == 0 and log.isEnabledFor(logging.INFO):  # every rank decides alike
-            line = report.summary(step, reason, self.rows, out.total,
-                                  self._decider.rides(self._layout))
-            if old != self.decisions:
-                log.info("%s\n%s", line, self.table())
-            else:
-                log.info("%s", line)
-                if log.isEnabledFor(logging.DEBUG):
-                    log.debug("step %d: the decisions, unchanged\n%s", step, self.table())
+        fallback = self._quality.decided(step, self._decider, old, before)
+        if fallback is not None:
+            self.log.append({"step": step, "event": f"quality {fallback}"})
+        if comm.rank == 0:  # every rank decides alike
+            report.log_decision(log, step, reason, self.rows, out.total,
+                                self._decider.rides(self._layout), old != self.decisions,
+                                self.table())
+
+    def _check_loss(self, comm: Any, step: int) -> None:
+        """The window after a decision has ended: 16 bits if the loss fell behind
+        (collective; every rank alike), logged once on rank 0."""
+        fell = self._quality.fell(comm, step, self._decider)
+        if fell is not None:
+            self.log.append({"step": step, "event": "quality fell behind", **fell})
+            if comm.rank == 0 and fell["held"]:
+                log.warning("%s\n%s", report.fell_behind(step, fell, self._quality.safe()),
+                            self.table())
 
     def _read_cache(self, comm: Any, step: int) -> None:
         record = self._cache.read(comm, self._layout)
         if record is None:
+            self._probing.speeds = self._cache.speeds(comm)  # (this machine's, any model's)
             return
         self._probing.adopt(record["table"])
         self._costs.adopt(record["measured"], record["fit"])
@@ -207,17 +216,5 @@ class AutoPolicy(Policy):
         return self._decider.table(self._layout)
 
     def _parts(self) -> tuple[Part, ...]:
-        return self._layout, self._probing, self._costs, self._cache, self._decider
-
-    def state_dict(self) -> dict[str, Any]:
-        """One flat dict: the log, ``cached`` and each part's fields (see ``part``)."""
-        state: dict[str, Any] = {"log": self.log, "cached": self.cached}
-        for part in self._parts():
-            state.update(part.state_dict())
-        return copy.deepcopy(state)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        state = copy.deepcopy(state)
-        self.log, self.cached = state.get("log", self.log), state.get("cached", self.cached)
-        for part in self._parts():
-            part.load_state_dict(state)
+        return self._layout, self._probing, self._costs, self._cache, self._decider, \
+            self._quality

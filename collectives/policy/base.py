@@ -45,8 +45,8 @@ class Policy:
 
     Static policies implement ``choose``. Adaptive ones set ``adaptive = True`` and hear
     from the DDP hook through the methods below (``see_bucket``, ``wants_profile``,
-    ``observe``, ``wants_norm``, ``observe_norm``, ``update``), which do nothing here: the
-    hook calls them on any policy (see ``AutoPolicy``).
+    ``observe``, ``wants_norm``, ``observe_norm``, ``update``), and from the user through
+    ``observe_loss``; they do nothing here: any policy may be called (see ``AutoPolicy``).
     """
 
     adaptive = False
@@ -91,6 +91,11 @@ class Policy:
 
     def observe_norm(self, step: int, sq_norm: float, bucket: Hashable | None = None) -> None:
         """Squared norm of (part of, bucket ``bucket``) the averaged gradient of ``step``."""
+
+    def observe_loss(self, step: int, loss: float) -> None:
+        """This rank's training loss of ``step`` (``CompressionState.observe_loss``): an
+        adaptive policy checks its decisions against it. Each rank reports its own local
+        loss, every step or at least every few steps."""
 
     def update(self, comm: Any, step: int, *, plain: str | None = None) -> bool:
         """At the start of ``step``, nothing in flight: decide when due (collective on

@@ -33,9 +33,9 @@ import compressors
 
 from ..files import ignored, integer, load_json, number, read_small, write_atomic
 from ..transport.base import share_bytes
-from .profile import PER_CANDIDATE, RESIDUAL
+from .columns import ADAM_ERR, ADAM_RESIDUAL, ADAM_SQ, PER_CANDIDATE, RESIDUAL, UNBOUNDED
 
-SCHEMA = 2
+SCHEMA = 3  # 3: the Adam-space columns (``columns``)
 ENV = "COMPCOLL_CACHE_DIR"
 #: Seconds past which a measured time (a codec call, one collective) is not believed.
 MAX_SECONDS = 3600.0
@@ -126,13 +126,17 @@ def _row(name: str, row: Any, cands: tuple[str, ...], numel: int) -> np.ndarray:
               3: ("decompress seconds", 0.0, MAX_SECONDS, True),
               4: ("payload bytes", 0.0, most, True),
               5: ("kept elements", 0.0, float(numel), False),
-              RESIDUAL: ("residual", 0.0, MAX_SQUARES, False)}
+              RESIDUAL: ("residual", 0.0, MAX_SQUARES, False),
+              ADAM_ERR: ("Adam-scaled squared error", 0.0, MAX_SQUARES, False),
+              ADAM_SQ: ("Adam-scaled squared sum", 0.0, MAX_SQUARES, False),
+              ADAM_RESIDUAL: ("Adam-scaled residual", 0.0, MAX_SQUARES, False),
+              UNBOUNDED: ("unbounded steps", 0.0, 1e9, False)}
     cols = arr[1:].reshape(len(cands), PER_CANDIDATE)
     for spec, col in zip(cands, cols, strict=True):
         for j, (what, low, high, above) in bounds.items():
             _in(col[j], f"layer {name!r}, {spec}: {what}", low, high, above=above)
     plain = cols[cands.index("none")] if "none" in cands else None
-    if plain is not None and (plain[0] != 0 or plain[RESIDUAL] != 0):
+    if plain is not None and (plain[0] != 0 or plain[RESIDUAL] != 0 or plain[ADAM_ERR] != 0):
         raise ValueError(f"layer {name!r}: 'none' (the identity) shows an error")
     return arr
 

@@ -4,6 +4,8 @@ The file (``cache``) is keyed by the model's layout as the hook reports it, the 
 and the link: a later run of the same model decides at its first step without profiling.
 It is found at the first decision (collective: the link's name comes from the fitted cost
 model), read by rank 0 and shared, and written by rank 0 whenever something new was measured.
+Where it is empty, this machine's codec speeds (``machine``, kept for any model) spare the
+profiler from timing the codecs it has timed before.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import costmodel
-from . import cache
+from . import cache, machine
 from .config import AutoConfig
 from .layout import Layout
 from .part import Part
@@ -55,3 +57,14 @@ class CacheFile(Part):
         if found is not None and comm.rank == 0:
             fit = None if fitted is None else dataclasses.asdict(fitted)
             cache.store(found, self.config.candidates, measurements, measured, fit)
+
+    def speeds(self, comm: Any) -> dict[str, list[float]]:
+        """This machine's known codec speeds of the candidates, on every rank ({} with the
+        cache off; collective otherwise)."""
+        cfg = self.config
+        return machine.fetch(comm, cfg.cache_dir, cfg.candidates) if cfg.cache else {}
+
+    def keep_speeds(self, comm: Any, speeds: Mapping[str, list[float]]) -> None:
+        """Add the codec speeds timed here to this machine's file (rank 0 writes)."""
+        if self.config.cache and speeds and comm.rank == 0:
+            machine.store(self.config.cache_dir, speeds)

@@ -55,11 +55,33 @@ class AutoConfig:
     #: Keep the measurements on disk (see ``collectives.policy.cache``): a later run of the
     #: same model, world size and link decides at its first step without profiling.
     cache: bool = True
-    #: The cache's directory (None: ``$COMPCOLL_CACHE_DIR`` or ``~/.cache/compcoll/policy``).
+    #: The cache's directory (None: ``$COMPCOLL_CACHE_DIR`` or ``~/.cache/compcoll/policy``);
+    #: it also keeps this machine's codec speeds (``machine``), for any model.
     cache_dir: str | None = None
     #: A name for the link in the cache key (None: the engine and the decade of the fitted
     #: cost model's alpha and beta).
     link: str | None = None
+    #: How the optimizer uses the gradient, which decides what a compressor's error costs.
+    #: "adam": Adam, AdamW, Adagrad, RMSprop and their kin divide each coordinate by its
+    #: running RMS, so noise on a small coordinate moves its weight as much as a large
+    #: coordinate's gradient would: errors are measured in that preconditioned space
+    #: (``moments``), and a layer where they cannot be bounded sends 16 bits. "sgd" (with or
+    #: without momentum): the update follows the gradient, and relative error in its norm
+    #: is the measure.
+    optimizer: str = "adam"
+    #: Gradient elements a profiling step hands to the profiler, over all its layers, and four
+    #: times the sampled elements it codes under every candidate (``probing``): the layers
+    #: are spread over more steps when they hold more (a layer over it is profiled alone).
+    profile_elements_per_step: int = 1 << 22
+    #: The loss check (``quality``, fed by ``observe_loss``): steps per window of the
+    #: training loss compared before and after a decision that compresses below 16 bits
+    #: (0: no check).
+    loss_window: int = 50
+    #: The check falls back to 16 bits when the loss rises, or falls by less than this share
+    #: of its fall per step in the window before the decision.
+    loss_ratio: float = 0.5
+    #: Reported steps each window needs for the check (fewer: no check).
+    loss_samples: int = 10
 
     def __post_init__(self) -> None:
         if not self.candidates:
@@ -92,6 +114,17 @@ class AutoConfig:
             raise ValueError(f"margin must be a share in [0, 1), got {self.margin}")
         if not self.threshold > 0:
             raise ValueError(f"threshold must be > 0, got {self.threshold}")
+        if self.optimizer not in ("adam", "sgd"):
+            raise ValueError(f"optimizer must be 'adam' (Adam, AdamW, Adagrad-like: each "
+                             f"coordinate scaled by its running RMS) or 'sgd', got "
+                             f"{self.optimizer!r}")
+        for key, low in (("profile_elements_per_step", 1), ("loss_window", 0),
+                         ("loss_samples", 2)):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not (isinstance(value, int) and value >= low):
+                raise ValueError(f"{key} must be an integer >= {low}, got {value!r}")
+        if not 0 <= self.loss_ratio <= 1:
+            raise ValueError(f"loss_ratio must be a share in [0, 1], got {self.loss_ratio}")
         if not isinstance(self.cache, bool):
             raise ValueError(f"cache must be True or False, got {self.cache!r}")
         for key in ("cache_dir", "link"):

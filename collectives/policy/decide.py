@@ -3,13 +3,14 @@
 Pure pricing: nothing here profiles or times anything, so deciding again costs a few
 milliseconds of arithmetic (and one small allgather in :func:`plan.agreed`).
 
-What a compressor may do to a layer is bounded twice. The step's total error, weighted by
-each layer's share of the gradient norm, must fit the budget; and each layer's own relative
-error must too. The second bound matters under Adam-type optimizers, which give every
-layer an update of about the same size whatever its gradient's norm: an embedding table
-with a small share of the norm is not free to lose most of its gradient. A compressor whose
-error-feedback residual grew past ``max_residual`` steps of gradient while profiling is
-ruled out for the layer as well (see ``profile``).
+What a compressor may do to a layer is bounded twice, in the error of ``criterion`` (the
+optimizer's: in Adam's preconditioned space by default). The step's total error, weighted by
+each layer's share of the norm, must fit the budget; and each layer's own relative error must
+too. The second bound matters under Adam-type optimizers, which give every layer an update of
+about the same size whatever its gradient's norm: an embedding table with a small share of
+the norm is not free to lose most of its gradient. A compressor whose error-feedback residual
+grew past ``max_residual`` steps of gradient while profiling, or whose error cannot be
+bounded (``criterion``), is ruled out for the layer as well: such a layer sends 16 bits.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ import numpy as np
 import compressors
 
 from .. import costmodel
-from . import plan, report
+from . import criterion, plan, report
+from .columns import PER_CANDIDATE
 from .layers import Layer
-from .profile import PER_CANDIDATE, RESIDUAL
 
 
 @dataclass
@@ -74,19 +75,21 @@ def decide(comm: Any, cfg: Any, layers: list[Layer], rows: np.ndarray, measured:
     layer under ``cfg.min_numel`` elements or not ``measured`` is sent uncompressed, and a
     compressor whose residual grew past ``cfg.max_residual`` is not used for the layer."""
     cands, budget = cfg.candidates, cfg.max_error ** 2
-    share = weights(rows[:, 0], buckets, live)
+    crit = criterion.measure(cfg.optimizer, cands, rows)
+    share = weights(crit.norms, buckets, live if crit.live else {})
     times, errors, rel, grew, over = [], [], [], [], []
-    for layer, row, w, seen in zip(layers, rows, share, measured, strict=True):
+    for i, (layer, row, w, seen) in enumerate(zip(layers, rows, share, measured, strict=True)):
         cols = row[1:].reshape(len(cands), PER_CANDIDATE)
-        r = np.sqrt(cols[:, 0] / np.maximum(cols[:, 1], 1e-300))
+        r = crit.rel[i]
         plain_only = layer.numel < cfg.min_numel or not seen
-        # Ruled out for this layer: a residual that grows, or a per-step error above the
-        # whole budget (see the module doc).
-        grew.append(np.sqrt(cols[:, RESIDUAL]) > cfg.max_residual)
+        # Ruled out for this layer: a residual that grows, a per-step error above the whole
+        # budget, or one that cannot be bounded (see the module doc).
+        grew.append(crit.residual[i] > cfg.max_residual)
         over.append(r > cfg.max_error)
         times.append([math.inf if spec != "none" and (plain_only or ruled) else
                       plan.price(comm.size, layer, spec, col, cost)
-                      for spec, col, ruled in zip(cands, cols, grew[-1] | over[-1],
+                      for spec, col, ruled in zip(cands, cols,
+                                                  grew[-1] | over[-1] | crit.unbounded[i],
                                                   strict=True)])
         errors.append([float(w * x * x) for x in r])
         rel.append(r)
@@ -116,10 +119,11 @@ def decide(comm: Any, cfg: Any, layers: list[Layer], rows: np.ndarray, measured:
                  "bytes": int(row[1:].reshape(-1, PER_CANDIDATE)[c, 4]),
                  "predicted_us": (body[i][c] + fixed[c]) * 1e6, "error": float(rel[i][c]),
                  "step_us": parts[i] * 1e6, "profiled": profiled[i],
-                 "residual": float(np.sqrt(row[1:].reshape(-1, PER_CANDIDATE)[c, RESIDUAL])),
+                 "residual": float(crit.residual[i][c]),
                  "held_back": [cands[j] for j, g in enumerate(grew[i]) if g],
                  "why": report.why(cfg, lay, measured[i], c, body[i], errors[i], grew[i],
-                                   over[i], slack, wanted[i])}
+                                   over[i], slack, wanted[i], rel[i], crit.unbounded[i],
+                                   crit.blocked[i])}
                 for i, (lay, c, row) in enumerate(zip(layers, pick, rows, strict=True))]
     return out
 

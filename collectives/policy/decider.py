@@ -19,6 +19,7 @@ import compressors
 from .. import costmodel
 from . import report
 from .config import AutoConfig
+from .criterion import sixteen
 from .decide import Outcome, decide, unmeasured
 from .layers import Layer
 from .layout import Layout
@@ -50,7 +51,18 @@ class Decider(Part):
         return self.config.initial if layer.numel >= self.config.min_numel else "none"
 
     def choose_bucket(self, layers: list[Layer]) -> list[str]:
-        """See ``AutoPolicy.choose_bucket``."""
+        """Each layer's decision, with the small layers (under ``min_numel``) of a bucket
+        whose larger layers all use one elementwise compressor (a quantizer or a 16-bit
+        format) riding in that group.
+
+        Small layers never get a compressor of their own. Left out of such a bucket, they
+        would cost it a second collective for a few kilobytes, and the large layers would be
+        gathered into a fused buffer and scattered back around them; riding keeps the bucket
+        one collective over its own memory. Sparse and low-rank groups keep them out (a bias
+        is not a matrix, and top-k would starve it), and under Adam so does a quantizer: a
+        small layer is never profiled, so its error in Adam's space is not bounded (a norm
+        scale's gradient quantized with a weight's range). Decided on the bucket the hook has
+        now (DDP rebuilds its buckets after the first step), the same on every rank."""
         specs = [self.choose(lay) for lay in layers]
         small = self.config.min_numel
         big = {s for s, lay in zip(specs, layers, strict=True) if lay.numel >= small}
@@ -58,7 +70,8 @@ class Decider(Part):
             return specs
         spec = big.pop()
         caps = compressors.get(spec).capabilities
-        if spec == "none" or caps.sparse or caps.allreduce_steps:
+        if spec == "none" or caps.sparse or caps.allreduce_steps or \
+                self.config.optimizer == "adam" and not sixteen(spec):
             return specs
         return [spec if lay.numel < small else s for s, lay in zip(specs, layers, strict=True)]
 
@@ -123,6 +136,23 @@ class Decider(Part):
         self.collective_s = dict(zip(cands, fixed, strict=True))
         self.rows, self.total_error = out.rows, out.error
         return out
+
+    def narrower(self, old: Mapping[str, str]) -> bool:
+        """Whether the decisions send some layer below 16 bits that ``old`` did not (a
+        layer absent from ``old`` sent ``initial``)."""
+        before = {n: old.get(n, self.config.initial) for n in self.decisions}
+        return any(not sixteen(s) and sixteen(before[n]) for n, s in self.decisions.items())
+
+    def hold(self, spec: str, why: str) -> list[str]:
+        """Send ``spec`` (16 bits) for every layer decided below 16 bits; their names."""
+        held = sorted(n for n, s in self.decisions.items() if not sixteen(s))
+        for n in held:
+            self.decisions[n] = spec
+        for row in self.rows:
+            if row["layer"] in held:
+                row.update(compressor=spec, why=why, bytes=int(
+                    compressors.get(spec).payload_nbytes(row["numel"]) or row["bytes"]))
+        return held
 
     def table(self, layout: Layout) -> str:
         """The last decision (``report.render``), or what is sent until the first."""

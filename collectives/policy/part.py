@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 
@@ -38,3 +39,27 @@ class Kept:
 
     def __set__(self, obj: Any, value: Any) -> None:
         setattr(getattr(obj, self.part), self.name, value)
+
+
+class Whole:
+    """A policy made of parts (``_parts``): its state_dict is one flat dict of the log,
+    ``cached`` and each part's fields."""
+
+    log: list[dict[str, Any]]
+    cached: bool
+
+    def _parts(self) -> tuple[Part, ...]:
+        return ()
+
+    def state_dict(self) -> dict[str, Any]:
+        """One flat dict: the log, ``cached`` and each part's fields (see ``Part``)."""
+        state: dict[str, Any] = {"log": self.log, "cached": self.cached}
+        for part in self._parts():
+            state.update(part.state_dict())
+        return copy.deepcopy(state)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = copy.deepcopy(state)
+        self.log, self.cached = state.get("log", self.log), state.get("cached", self.cached)
+        for part in self._parts():
+            part.load_state_dict(state)

@@ -1,12 +1,14 @@
 """Profiling for the automatic policy: which layers a step profiles, and the table it leaves.
 
 Each layer of at least ``min_numel`` elements is profiled once, for ``probe_steps`` steps
-(``profile``: every candidate inside error feedback, on a sample of the layer's rows). Whole
-DDP buckets go together, as many per group of steps as ``per_step`` sampled elements allow
-(about 10 ms of coding a step), so a few steps cover most models and very many layers are
-spread over more. Layers the measurements lack later (a model that grew) are profiled the
-same way. When the steps are over, every rank's rows are combined (the same table on every
-rank) into ``measurements``.
+(``profile``: every candidate inside error feedback, on a sample of the layer's rows). The
+work of a profiling step is bounded: its layers hold at most ``profile_elements_per_step``
+gradient elements (each is copied to the host and read whole once), and their samples a
+quarter of that (each sampled element is coded by every candidate), so a few steps cover most
+models and very many layers are spread over more. Layers go in DDP bucket order, a bucket
+whole where it fits; a layer larger than the bound goes alone. Layers the measurements lack
+later (a model that grew) are profiled the same way. When the steps are over, every rank's
+rows are combined (the same table on every rank) into ``measurements``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from . import machine
 from . import profile as profiler
 from .config import AutoConfig
 from .layers import Layer
@@ -22,12 +25,16 @@ from .layout import Layout
 from .part import Part
 from .profile import Profiler, combine, plain_first
 
+#: What one sampled element costs a profiling step against one element handed over (read and
+#: copied once): every candidate codes it, and its errors are measured.
+CODED = 4
+
 
 class Probing(Part):
     """The profiling under way (if any) and the measurements taken or read so far."""
 
     KEYS = {"measurements": "measurements", "_ready": "ready", "_tried": "tried",
-            "_schedule": "schedule", "_probe_start": "start"}
+            "_schedule": "schedule", "_probe_start": "start", "_speeds": "speeds"}
 
     def __init__(self, config: AutoConfig) -> None:
         self.config = config
@@ -38,6 +45,8 @@ class Probing(Part):
         #: The layers to profile, one group of buckets at a time (None: all at once).
         self.schedule: list[list[str]] | None = None
         self.start: int | None = None  # the first step of the profiling under way
+        #: This machine's codec speeds, where known before profiling (``machine``).
+        self.speeds: dict[str, list[float]] = {}
         self.profiler = Profiler(config.candidates)
 
     @property
@@ -68,37 +77,38 @@ class Probing(Part):
         return [n for n in layout.place if layout.layers[n].numel >= self.config.min_numel
                 and n not in self.measurements and n not in self.tried]
 
-    def begin(self, step: int, todo: list[str], layout: Layout, per_step: int) -> None:
-        """Profile ``todo`` from ``step`` on: whole buckets together, as many a step as
-        ``per_step`` sampled elements allow (all at once without a layout)."""
+    def begin(self, step: int, todo: list[str], layout: Layout) -> None:
+        """Profile ``todo`` from ``step`` on, ``profile_elements_per_step`` gradient elements
+        a step at most (see the module doc; all at once without a layout)."""
         self.start, self.tried = step, self.tried | set(todo)
+        if not self.profiler.stats:  # (a profiler under way keeps the speeds it began with)
+            self.profiler.speeds = dict(self.speeds)
         if not layout.place:
             self.schedule = None
             return
         by: dict[int, list[str]] = {}
-        for n in todo:
+        for n in sorted(todo, key=lambda n: layout.place[n][:2]):
             by.setdefault(layout.place[n][0], []).append(n)
-        groups: list[list[str]] = []
-        room = 0
-        for b in sorted(by):
-            cost = sum(min(layout.layers[n].numel, profiler.SAMPLE) for n in by[b])
-            if not groups or room + cost > per_step:
-                groups.append([])
-                room = 0
-            groups[-1] += sorted(by[b])
-            room += cost
-        self.schedule = groups
+        self.schedule = schedule([by[b] for b in sorted(by)],
+                                 {n: layout.layers[n].numel for n in todo},
+                                 self.config.profile_elements_per_step)
 
-    def finish(self, comm: Any) -> None:
+    def finish(self, comm: Any) -> dict[str, list[float]]:
         """End the profiling: every rank's rows combined into ``measurements``
-        (collective when anything was profiled: the same layers on every rank)."""
-        if self.profiler.stats:
-            layers, local = self.profiler.table()
-            rows = plain_first(combine(comm, local), self.config.candidates)
-            self.measurements.update({lay.name: row for lay, row in zip(layers, rows,
-                                                                        strict=True)})
+        (collective when anything was profiled: the same layers on every rank). Returns the
+        codec speeds timed (``machine.rates``), for this machine's file."""
+        cands, prof, timed = self.config.candidates, self.profiler, {}
+        if prof.stats:
+            layers, local = prof.table()
+            rows = dict(zip([lay.name for lay in layers], combine(comm, local), strict=True))
+            clocked = {s for s in cands if not prof.priced(s) and not
+                       prof.comps[s].capabilities.sparse}
+            timed = machine.rates(rows, {lay.name: lay.numel for lay in layers}, cands, clocked)
+            self.measurements.update(zip(rows, plain_first(np.stack(list(rows.values())),
+                                                           cands), strict=True))
         self.ready, self.start, self.schedule = True, None, None
-        self.profiler = Profiler(self.config.candidates)
+        self.profiler = Profiler(cands, self.speeds)
+        return timed
 
     def adopt(self, table: dict[str, np.ndarray]) -> None:
         """Measurements read from the cache: decisions can be priced at once."""
@@ -109,6 +119,33 @@ class Probing(Part):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.profiler = Profiler(self.config.candidates)
+        # Rows of an older format (without the Adam-space columns) are measured again.
+        width = 1 + profiler.PER_CANDIDATE * len(self.config.candidates)
+        old = {n for n, row in self.measurements.items() if len(row) != width}
+        self.measurements = {n: r for n, r in self.measurements.items() if n not in old}
+        self.tried = set(self.tried) - old
+        self.profiler = Profiler(self.config.candidates, self.speeds)
         if "profiler" in state:
             self.profiler.load_state_dict(state["profiler"])
+
+
+def schedule(buckets: list[list[str]], numel: dict[str, int], per_step: int
+             ) -> list[list[str]]:
+    """Groups of layers, one per probe period, each of at most ``per_step`` elements and
+    ``per_step / CODED`` sampled ones (a layer over either alone): ``buckets`` in order, a
+    bucket whole where it fits in the group under way or in a fresh one, else split layer by
+    layer."""
+    def cost(names: list[str]) -> np.ndarray:
+        return np.array([sum(numel[n] for n in names),
+                         CODED * sum(min(numel[n], profiler.SAMPLE) for n in names)])
+
+    groups: list[list[str]] = [[]]
+    for names in buckets:
+        if groups[-1] and (cost(groups[-1] + names) > per_step).any() and \
+                (cost(names) <= per_step).all():
+            groups.append([])
+        for n in names:
+            if groups[-1] and (cost(groups[-1] + [n]) > per_step).any():
+                groups.append([])
+            groups[-1].append(n)
+    return [g for g in groups if g]

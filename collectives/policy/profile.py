@@ -10,7 +10,12 @@ sent a few steps later. A compressor whose residual keeps growing against the gr
 (top-k on a dense layer, low rank on an embedding table) delays more and more of the update,
 however small its per-step error looks. So the table also keeps, per candidate, the residual's
 squared norm over the step's gradient's at the last probe step (``RESIDUAL``): the number of
-steps of gradient the compressor holds back, which the policy bounds.
+steps of gradient the compressor holds back, which the policy bounds. Each is also measured
+as an Adam-type optimizer sees it (``moments``).
+
+Where this machine's codec speeds are known (``machine``: a line in the elements, from an
+earlier profile of any model), a dense codec is not timed again: its times are the line's at
+the layer's size. A sparse one still is, since its cost follows the data.
 """
 
 from __future__ import annotations
@@ -25,15 +30,17 @@ import compressors
 from compressors.dtypes import lookup
 
 from .. import ops
+from . import columns as col
+from .columns import PER_CANDIDATE, RESIDUAL, combine, plain_first
 from .layers import Layer
+from .machine import seconds
+from .moments import Moments
+
+__all__ = ["PER_CANDIDATE", "RESIDUAL", "SAMPLE", "Profiler", "combine", "plain_first",
+           "sample"]
 
 F32 = lookup("float32")
 
-#: Columns per candidate in the shared table: err^2 sum, |x|^2 sum, compress s,
-#: decompress s, payload bytes, kept elements (sparse payloads), residual^2 / gradient^2 at
-#: the last probe step.
-PER_CANDIDATE = 7
-RESIDUAL = 6  # the column of the residual's growth
 REPEATS = 5
 #: Elements a large layer is profiled on: every s-th row (or element) of it, with times,
 #: bytes and sums scaled by the layer's size over the sample's. The codecs are linear in the
@@ -68,8 +75,12 @@ def sample(g: np.ndarray, name: str = "") -> np.ndarray:
 class Profiler:
     """Measures each layer under each candidate; ``table`` lays it out for an allgather."""
 
-    def __init__(self, candidates: tuple[str, ...]) -> None:
+    def __init__(self, candidates: tuple[str, ...],
+                 speeds: dict[str, list[float]] | None = None) -> None:
         self.candidates = candidates
+        #: This machine's compress and decompress lines by candidate, where known.
+        self.speeds = dict(speeds or {})
+        self.moments = Moments()
         self.comps = {s: compressors.get(s) for s in candidates}
         self.feedback = {s: compressors.ErrorFeedback(c) for s, c in self.comps.items()}
         self.layers: dict[str, Layer] = {}
@@ -99,13 +110,16 @@ class Profiler:
             low_rank = bool(comp.capabilities.allreduce_steps)
             src = g if low_rank and part.ndim != g.ndim else part  # low rank: a matrix
             scale = g.size / src.size
+            key = Moments.key(layer.name, src)
+            self.moments.add(key, src, step)
+            priced = self.priced(spec)
             x = ef.compensate(src, layer.name)
             fused = comp.fuses_feedback and ef.fusable(src)
             tc = td = np.inf
             # Small layers are timed several times (their time is noisy), but a warm-started
             # method once: each call is a power iteration, and repeats would refine it.
-            repeats = 1 if layer.numel >= 1 << 16 or comp.capabilities.allreduce_steps \
-                else REPEATS
+            repeats = 1 if priced or layer.numel >= 1 << 16 or \
+                comp.capabilities.allreduce_steps else REPEATS
             for _ in range(repeats):
                 # Timed as the hook runs it: the one-pass kernel where the compressor has one
                 # (it also updates the residual), else compensate-then-compress.
@@ -127,7 +141,9 @@ class Profiler:
             gs = float(np.square(np.asarray(src, np.float64)).sum())
             cols[c, RESIDUAL] = float(np.square(d).sum()) / gs if gs > 0 and \
                 np.isfinite(d).all() else 0.0
-            if not timed or low_rank:  # a sampled layer keeps the times taken on all of it
+            if priced:
+                cols[c, 2:4] = seconds(self.speeds[spec], layer.numel)
+            elif not timed or low_rank:  # a sampled layer keeps the times taken on all of it
                 cols[c, 2] = min(cols[c, 2], scale * tc)
                 cols[c, 3] = min(cols[c, 3], scale * td)
             # A low-rank payload grows with the rows (P), not the columns (Q): the layer's own.
@@ -137,6 +153,15 @@ class Profiler:
             kept = scale * payload.buffers["values"].size if comp.capabilities.sparse \
                 else layer.numel
             cols[c, 5] = max(cols[c, 5], min(kept, layer.numel))
+            err, sq, res, unbounded = self.moments.measure(key, y, d)
+            # At the last probe step, with v over all of them (``moments``).
+            cols[c, col.ADAM_ERR], cols[c, col.ADAM_SQ] = scale * err, scale * sq
+            cols[c, col.ADAM_RESIDUAL] = res
+            cols[c, col.UNBOUNDED] += unbounded
+
+    def priced(self, spec: str) -> bool:
+        """Whether ``spec``'s times come from this machine's known speeds (not timed)."""
+        return spec in self.speeds and not self.comps[spec].capabilities.sparse
 
     def _time_whole(self, layer: Layer, g: np.ndarray, cols: np.ndarray) -> None:
         """Compress and decompress times of every candidate on the whole of a sampled layer,
@@ -146,8 +171,8 @@ class Profiler:
         4.2M-row embedding table), while 64 calls on 1/64 samples cost 14 ms."""
         for c, spec in enumerate(self.candidates):
             comp = self.comps[spec]
-            if comp.capabilities.allreduce_steps:  # low rank: timed on its sample's rows
-                continue
+            if comp.capabilities.allreduce_steps or self.priced(spec):  # (low rank: timed
+                continue  # on its sample's rows)
             for _ in range(2):  # the first call also pays for fresh output memory
                 t0 = time.perf_counter()
                 payload = comp.compress(g, name=layer.name, step=0)
@@ -165,41 +190,17 @@ class Profiler:
     def state_dict(self) -> dict[str, Any]:
         return {"layers": dict(self.layers), "buckets": dict(self.buckets),
                 "stats": {k: v.copy() for k, v in self.stats.items()},
-                "whole": sorted(self.whole),
+                "whole": sorted(self.whole), "moments": self.moments.state_dict(),
                 "feedback": {s: ef.state_dict() for s, ef in self.feedback.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.layers = dict(state["layers"])
+        width = 1 + PER_CANDIDATE * len(self.candidates)  # (an older format's rows: dropped)
+        self.stats = {k: np.array(v) for k, v in state["stats"].items() if len(v) == width}
+        self.layers = {k: v for k, v in state["layers"].items() if k in self.stats}
         self.buckets = dict(state["buckets"])
-        self.stats = {k: np.array(v) for k, v in state["stats"].items()}
+        if "moments" in state:
+            self.moments.load_state_dict(state["moments"])
         self.whole = set(state.get("whole", ()))
         for s, st in state["feedback"].items():
             if s in self.feedback:
                 self.feedback[s].load_state_dict(st)
-
-
-def combine(comm: Any, rows: np.ndarray) -> np.ndarray:
-    """The same table on every rank: sums and errors averaged; times, sizes and residuals the
-    maximum (the slowest rank paces the collective; the worst residual bounds the plan)."""
-    flat = np.ascontiguousarray(rows, dtype=np.float64).reshape(-1)
-    table = comm.allgather_ints(flat.view(np.int64), collective="policy profile")
-    every = np.asarray(table).view(np.float64).reshape(comm.size, *rows.shape)
-    out = every.mean(axis=0)
-    cols = out[:, 1:].reshape(rows.shape[0], -1, PER_CANDIDATE)
-    worst = every.max(axis=0)[:, 1:].reshape(rows.shape[0], -1, PER_CANDIDATE)
-    cols[:, :, 2:] = worst[:, :, 2:]
-    return out
-
-
-def plain_first(rows: np.ndarray, cands: tuple[str, ...]) -> np.ndarray:
-    """``rows`` with the identity twin's compress and decompress times at most any other
-    candidate's: "none" does no coding, so a time above another's is noise, and pricing it
-    above a compressor that sends fewer bytes for the same work would flip decisions."""
-    if "none" not in cands or len(cands) < 2:
-        return rows
-    out = np.array(rows, dtype=np.float64)
-    cols = out[:, 1:].reshape(out.shape[0], len(cands), PER_CANDIDATE)
-    j = cands.index("none")
-    others = np.delete(cols[:, :, 2:4], j, axis=1).min(axis=1)
-    cols[:, j, 2:4] = np.minimum(cols[:, j, 2:4], others)
-    return out

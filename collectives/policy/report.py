@@ -10,6 +10,7 @@ they travel in. The footer gives both sums.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -18,35 +19,41 @@ import compressors
 
 from . import plan
 from .base import short
+from .criterion import sixteen
 from .layers import Layer
 
 SMALL = "small (< min_numel), rides in its bucket"
 
 
 def why(cfg: Any, layer: Layer, seen: bool, c: int, body: list[float], errors: list[float],
-        grew: Any, over: Any, slack: float, wanted: int | None) -> str:
+        grew: Any, over: Any, slack: float, wanted: int | None, rel: Any = None,
+        unbounded: Any = None, blocked: str | None = None) -> str:
     """Why a layer is sent with candidate ``c``, in a few words: for a compressed one, the
-    candidates its residual ruled out (if any); for an uncompressed one, what kept every
-    compressor away. ``body``, ``errors``, ``grew``, ``over``: the layer's price without the
-    fixed cost, weighted squared error, residual growing past ``max_residual`` and own error
-    past ``max_error``, per candidate; ``slack``: the squared budget the plan leaves;
-    ``wanted``: the candidate a standing decision kept it from (hysteresis)."""
+    candidates its residual ruled out (if any); for one sent at 16 bits or more, what kept
+    every compressor below that away. ``body``, ``errors``, ``grew``, ``over``: the layer's
+    price without the fixed cost, weighted squared error, residual growing past
+    ``max_residual`` and own error past ``max_error``, per candidate; ``slack``: the squared
+    budget the plan leaves; ``wanted``: the candidate a standing decision kept it from
+    (hysteresis); ``rel``: each candidate's error in the criterion's measure;
+    ``unbounded``: whose error cannot be bounded, and why not (``blocked``)."""
     cands = cfg.candidates
     none = cands.index("none")
     held = [short(cands[j]) for j, g in enumerate(grew) if g and j != none]
-    if c != none:
+    if not sixteen(cands[c]):
         return f"held back, residual grows: {', '.join(held)}" if held else "-"
     if layer.numel < cfg.min_numel:
         return f"{SMALL} uncompressed"
     if not seen:
         return "not profiled yet"
+    free = [False] * len(cands) if unbounded is None else list(unbounded)
+    narrow = [j for j in range(len(cands)) if not sixteen(cands[j])]
+    ruled = [j for j in narrow if grew[j] or over[j] or free[j]]
     others = [j for j in range(len(cands)) if j != none]
-    allowed = [j for j in others if not (grew[j] or over[j])]
-    if not allowed:
-        big = [short(cands[j]) for j in others if over[j] and not grew[j]]
-        parts = ([f"residual grows ({', '.join(held)})"] if held else []) + \
-            ([f"Adam-scaled error > max_error ({', '.join(big)})"] if big else [])
-        return "convergence: " + "; ".join(parts)
+    allowed = [j for j in others if not (grew[j] or over[j] or free[j])]
+    if (narrow and len(ruled) == len(narrow)) or not allowed:
+        return convergence(cfg, grew, over, free, rel, blocked, narrow or others)
+    if c != none:
+        return "-"
     if wanted is not None:
         return f"standing decision kept (over {short(cands[wanted])}, not clearly faster)"
     # Cheaper than none by more than noise, and than every option of less error (``prune``).
@@ -60,6 +67,26 @@ def why(cfg: Any, layer: Layer, seen: bool, c: int, body: list[float], errors: l
     if errors[best] - errors[none] > slack:
         return "error budget"
     return "a collective of its own costs more than it saves"
+
+
+def convergence(cfg: Any, grew: Any, over: Any, free: list[bool], rel: Any,
+                blocked: str | None, among: list[int]) -> str:
+    """What the criterion says of the candidates ``among``, all ruled out (see ``why``)."""
+    cands = cfg.candidates
+    name = "Adam-scaled error" if cfg.optimizer == "adam" else "error"
+    parts = []
+    if any(free[j] for j in among):
+        parts.append(f"{name} cannot be bounded ({blocked or 'unknown'})")
+    held = [short(cands[j]) for j in among if grew[j] and not free[j]]
+    if held:
+        parts.append(f"residual grows ({', '.join(held)})")
+    big = [j for j in among if over[j] and not free[j]]
+    if big and rel is not None:
+        j = min(big, key=lambda j: rel[j])
+        parts.append(f"{name} {rel[j]:.2g} > {cfg.max_error:g} ({short(cands[j])})")
+    elif big:
+        parts.append(f"{name} > max_error ({', '.join(short(cands[j]) for j in big)})")
+    return "convergence: " + "; ".join(parts)
 
 
 def sent(row: Mapping[str, Any], rides: Mapping[str, str]) -> tuple[str, int]:
@@ -112,3 +139,25 @@ def summary(step: int, reason: str, rows: list[dict[str, Any]], total_s: float,
     ratio = sum(n for _, n in travel) / full if full else 1.0
     return (f"step {step}: decided ({reason}): {packed} of {len(rows)} layers compressed, "
             f"{ratio:.3f} of the float32 bytes, predicted {total_s * 1e3:.2f} ms a step")
+
+
+def log_decision(log: Any, step: int, reason: str, rows: list[dict[str, Any]], total_s: float,
+                 rides: Mapping[str, str], changed: bool, table: str) -> None:
+    """Log a decision (rank 0): the summary at INFO, with the table when the decisions
+    changed, else the table at DEBUG."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    line = summary(step, reason, rows, total_s, rides)
+    if changed:
+        log.info("%s\n%s", line, table)
+        return
+    log.info("%s", line)
+    log.debug("step %d: the decisions, unchanged\n%s", step, table)
+
+
+def fell_behind(step: int, fell: Mapping[str, Any], safe: str) -> str:
+    """The warning of a quality fallback (see ``quality``)."""
+    return (f"step {step}: quality fell behind after the decision at step {fell['decision']} "
+            f"(the loss's slope {fell['after']:.3g} a step, against {fell['before']:.3g} "
+            f"before it): {len(fell['held'])} layers compressed below 16 bits send {safe} "
+            f"until a later decision finds the loss falling again")

@@ -23,7 +23,8 @@ POLICIES = {
     "uniform8": lambda: "uniform:bits=8",
     "rules": lambda: Rules([("numel<100", "none"), ("kind=embedding", "topk:ratio=0.1"),
                             ("kind=conv", "powersgd:rank=2"), ("*", "uniform:bits=4")]),
-    "auto": lambda: AutoPolicy(first=1, probe_steps=1, every=1000, cost=SLOW, min_numel=0),
+    "auto": lambda: AutoPolicy(first=1, probe_steps=1, every=1000, cost=SLOW, min_numel=0,
+                               optimizer="sgd"),  # (the models here train with SGD)
     # a sparsifier's span group (1-D layers are its holes): its residual saved by parameter
     "span": lambda: Rules([("kind=1d", "none"), ("*", "topk:ratio=0.3")]),
     # compressors that see each parameter alone or elementwise: independent of the bucketing
@@ -74,7 +75,8 @@ def resume(chk: Checker, key: str, cap: float) -> None:
 
 def _auto_free() -> AutoPolicy:
     """Collectives priced free: on the slow link this policy compresses (residuals to save)."""
-    return AutoPolicy(first=1, probe_steps=1, every=1000, cost=SLOW, latency=0.0, min_numel=0)
+    return AutoPolicy(first=1, probe_steps=1, every=1000, cost=SLOW, latency=0.0, min_numel=0,
+                      optimizer="sgd")
 
 
 def other_world_size(chk: Checker) -> None:

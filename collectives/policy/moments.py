@@ -1,0 +1,96 @@
+"""A compressor's error as an Adam-type optimizer sees it: in its preconditioned space.
+
+Adam (and AdamW, Adagrad, RMSprop) divides each coordinate of the update by the root of a
+running mean of its squared gradient, v. Every coordinate then moves by about the learning
+rate whatever its gradient's size, so noise a compressor adds to a small coordinate moves
+that weight as far as a large gradient would; an error small in the gradient's norm (top-k
+keeping the few large coordinates) can be large in the step the optimizer takes. So the
+profiler keeps v per sampled coordinate, as Adam does (an exponential mean with
+beta2 = 0.999, bias-corrected: over a few profiled steps, the mean of g^2), and measures
+
+    error    = ||(g_sent - g) / d|| / ||g / d||,   d = sqrt(v) + eps (Adam's eps, 1e-8)
+    residual = ||r / d||^2 / ||g / d||^2           (error feedback's residual r)
+
+with g_sent what the candidate sends (its error feedback included) and g the gradient, at the
+layer's last probe step, with v over all of them: the first steps' v, one or two squares, is
+near zero wherever a gradient happened to be, which Adam's v over many steps is not (so
+``probe_steps`` of 5 or more measure this well). A coordinate whose v is zero (no gradient
+seen there) where the candidate sends something is a step Adam would take at full size out of
+nothing: that error cannot be bounded, and such a step is counted (:meth:`Moments.measure`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+BETA2 = 0.999
+EPS = 1e-8
+
+
+class Moments:
+    """Running second moments of the gradients seen, per array (a layer's sample)."""
+
+    def __init__(self) -> None:
+        self.v: dict[str, np.ndarray] = {}  # the exponential mean of g^2 (not corrected)
+        self.t: dict[str, int] = {}  # gradients folded in
+        self.last: dict[str, int] = {}  # the step of the last one
+        #: This step's preconditioner, g in its space, their squared norm and where v is
+        #: zero, by key (None: a non-finite step, measured as nothing).
+        self.now: dict[str, tuple[np.ndarray, np.ndarray, float, np.ndarray] | None] = {}
+
+    @staticmethod
+    def key(name: str, g: np.ndarray) -> str:
+        """The moments of ``g`` (a layer's sample, or all of it): by name and size."""
+        return f"{name}#{g.size}"
+
+    def add(self, key: str, g: np.ndarray, step: int) -> None:
+        """Fold ``step``'s gradient into v (once a step; a non-finite one is left out, as a
+        mixed-precision optimizer skips that step)."""
+        if self.last.get(key) == step:
+            return
+        self.last[key] = step
+        g64 = np.asarray(g, np.float64).reshape(-1)
+        g2 = np.square(g64)
+        if not np.isfinite(g2.sum()):
+            self.now[key] = None
+            return
+        v = self.v.get(key)
+        v = self.v[key] = (1 - BETA2) * g2 if v is None else BETA2 * v + (1 - BETA2) * g2
+        self.t[key] = self.t.get(key, 0) + 1
+        root = np.sqrt(v / (1 - BETA2 ** self.t[key]))
+        d = root + EPS
+        scaled = g64 / d
+        self.now[key] = d, scaled, float(np.square(scaled).sum()), root == 0
+
+    def scale(self, key: str) -> np.ndarray | None:
+        """sqrt of the bias-corrected v (None before any gradient)."""
+        v = self.v.get(key)
+        return None if v is None else np.sqrt(v / (1 - BETA2 ** self.t[key]))
+
+    def measure(self, key: str, sent: np.ndarray,
+                residual: np.ndarray) -> tuple[float, float, float, bool]:
+        """In the preconditioned space, at the step last added: the squared error of
+        ``sent`` against the gradient, the gradient's squared norm, the residual's squared
+        norm over it, and whether ``sent`` is nonzero where v is zero (unbounded). Zeros
+        for a non-finite step."""
+        now = self.now.get(key)
+        if now is None:
+            return 0.0, 0.0, 0.0, False
+        d, scaled, sq, zero = now
+        s64 = np.asarray(sent, np.float64).reshape(-1)
+        err = float(np.square(s64 / d - scaled).sum())
+        res = float(np.square(np.asarray(residual, np.float64).reshape(-1) / d).sum())
+        if not (np.isfinite(err) and np.isfinite(res)):
+            return 0.0, 0.0, 0.0, False
+        unbounded = bool(zero.any() and (s64[zero] != 0).any())
+        return err, sq, res / sq if sq > 0 else 0.0, unbounded
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"v": {k: v.copy() for k, v in self.v.items()}, "t": dict(self.t),
+                "last": dict(self.last)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.v = {k: np.array(v, dtype=np.float64) for k, v in state["v"].items()}
+        self.t, self.last = dict(state["t"]), dict(state["last"])

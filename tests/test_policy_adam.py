@@ -1,0 +1,138 @@
+"""The automatic policy's accuracy criterion under Adam: errors in the preconditioned space."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from collectives.policy import AutoConfig, AutoPolicy, Layer, canonical, criterion, profile
+from collectives.policy import columns as col
+from collectives.policy.moments import Moments
+from tests.test_policy import SLOW, Ranks, SteadyClock
+
+TOPK = canonical("topk:ratio=0.01")
+INT4 = canonical("uniform:bits=4")
+LAYER = Layer("w", 256 * 256, (256, 256), "linear")
+
+
+@pytest.fixture(autouse=True)
+def _steady_clock(monkeypatch) -> None:
+    """Codec timings that do not depend on this machine: every timed call 10 us."""
+    monkeypatch.setattr(profile, "time", SteadyClock())
+
+
+def few_large(step: int) -> np.ndarray:
+    """A gradient of a few large coordinates (the same 300) and many small ones: top-k 1%
+    keeps the large ones, so little of the norm is lost, but Adam moves every coordinate
+    about alike, and the small ones are most of the step."""
+    rng = np.random.default_rng(step)
+    g = 0.01 * rng.standard_normal(LAYER.numel)
+    g[:300] = 10 * rng.standard_normal(300)
+    return g.reshape(LAYER.shape).astype(np.float32)
+
+
+def decide(grads, steps: int = 5, **options) -> AutoPolicy:
+    """Profile LAYER on ``grads(step)`` for ``steps`` steps on a slow link, and decide."""
+    policy = AutoPolicy(first=0, probe_steps=steps, cost=SLOW, latency="model", cache=False,
+                        **options)
+    comm = Ranks()
+    for step in range(steps + 1):
+        policy.update(comm, step)
+        if policy.wants_profile(step):
+            policy.observe(step, LAYER, grads(step), bucket=0)
+    assert policy.rows, "decided"
+    return policy
+
+
+def errors(grads, cands, steps: int = 5) -> np.ndarray:
+    """Each candidate's table columns for LAYER after ``steps`` steps of ``grads``."""
+    prof = profile.Profiler(cands)
+    for step in range(steps):
+        prof.observe(step, LAYER, grads(step))
+    return prof.table()[1][0, 1:].reshape(len(cands), col.PER_CANDIDATE)
+
+
+def test_top_k_within_budget_in_norm_is_ruled_out_in_adams_space() -> None:
+    cands = ("none", "fp16", TOPK)
+    cols = errors(few_large, cands)
+    plain = np.sqrt(cols[:, col.ERR] / cols[:, col.SQ])
+    adam = np.sqrt(cols[:, col.ADAM_ERR] / cols[:, col.ADAM_SQ])
+    assert plain[2] < 0.1 < 0.5 < adam[2], (plain, adam)  # 2% of the norm, all of Adam's step
+    assert adam[0] == 0 and adam[1] < 1e-3  # the identity and fp16's rounding
+    sgd = decide(few_large, candidates=cands, optimizer="sgd")
+    assert sgd.decisions["w"] == TOPK  # what the gradient's norm allows: the fewest bytes
+    policy = decide(few_large, candidates=cands)
+    assert policy.config.optimizer == "adam"  # the default
+    assert policy.decisions["w"] == "fp16", policy.table()
+    line = next(x for x in policy.table().splitlines() if x.startswith("w "))
+    assert line.endswith(f"Adam-scaled error {adam[2]:.2g} > 0.25 (topk)"), line
+    assert "convergence: residual grows (topk)" in line  # (in Adam's space too)
+
+
+def test_a_layer_without_gradient_statistics_sends_16_bits() -> None:
+    """A layer whose gradient was zero while profiled (frozen, or not reached yet) has no
+    second moments: no error of a lossy compressor can be bounded. The gradient's norm sees
+    nothing to lose, and would take the fewest bytes."""
+    cands = ("none", "fp16", INT4, TOPK)
+
+    def zero(step: int) -> np.ndarray:
+        return np.zeros(LAYER.shape, np.float32)
+
+    assert decide(zero, candidates=cands, optimizer="sgd").decisions["w"] not in (
+        "none", "fp16")
+    policy = decide(zero, candidates=cands)
+    assert policy.decisions["w"] == "fp16", policy.table()
+    line = next(x for x in policy.table().splitlines() if x.startswith("w "))
+    assert "convergence: Adam-scaled error cannot be bounded (no gradient statistics)" in line
+
+
+def test_a_compressor_that_sends_where_adams_v_is_zero_is_ruled_out() -> None:
+    """Rows of an embedding table no token touched have v = 0: a min-max quantizer's bucket
+    around a touched row sends them something, a step Adam would take at full size out of
+    nothing. Top-k sends only what error feedback holds, never there."""
+    def sparse_rows(step: int) -> np.ndarray:
+        g = np.zeros(LAYER.shape, np.float32)
+        g[::8] = np.random.default_rng(step).standard_normal((32, 256))
+        return g
+
+    cols = errors(sparse_rows, ("none", "fp16", INT4, TOPK))
+    assert cols[2, col.UNBOUNDED] > 0 and cols[3, col.UNBOUNDED] == 0
+    assert cols[0, col.UNBOUNDED] == 0 and cols[1, col.UNBOUNDED] == 0
+    crit = criterion.measure("adam", ("none", "fp16", INT4, TOPK),
+                             np.concatenate([[1.0], cols.reshape(-1)])[None])
+    assert crit.unbounded[0].tolist() == [False, False, True, False]
+    assert crit.blocked[0] == "it sends where Adam's second moment is zero"
+
+
+def test_moments_are_adams_bias_corrected_second_moment() -> None:
+    m, rng = Moments(), np.random.default_rng(0)
+    grads = [rng.standard_normal(64) for _ in range(3)]
+    for step, g in enumerate(grads):
+        m.add("k", g, step)
+        m.add("k", 100 * g, step)  # once a step
+    v, beta = np.zeros(64), 0.999
+    for g in grads:
+        v = beta * v + (1 - beta) * g * g
+    np.testing.assert_allclose(m.scale("k"), np.sqrt(v / (1 - beta ** 3)), rtol=1e-12)
+    # Over a few steps, about the mean of g^2.
+    np.testing.assert_allclose(m.scale("k") ** 2, np.mean(np.square(grads), axis=0), rtol=2e-3)
+    m.add("k", np.full(64, np.nan), 3)  # a skipped (non-finite) step leaves v as it was
+    np.testing.assert_allclose(m.scale("k"), np.sqrt(v / (1 - beta ** 3)), rtol=1e-12)
+
+
+def test_the_sgd_criterion_is_the_relative_error_in_norm() -> None:
+    cands = ("none", INT4)
+    cols = errors(few_large, cands)
+    row = np.concatenate([[7.0], cols.reshape(-1)])[None]
+    crit = criterion.measure("sgd", cands, row)
+    np.testing.assert_allclose(crit.rel[0], np.sqrt(cols[:, col.ERR] / cols[:, col.SQ]))
+    assert not crit.unbounded.any() and crit.live and crit.norms.tolist() == [7.0]
+    adam = criterion.measure("adam", cands, row)
+    assert not adam.live and adam.norms[0] == cols[:, col.ADAM_SQ].max()
+
+
+@pytest.mark.parametrize("bad", ["adamw", "", None])
+def test_the_optimizer_is_validated(bad) -> None:
+    with pytest.raises(ValueError, match="optimizer must be 'adam'"):
+        AutoConfig(optimizer=bad)
+    assert AutoConfig(optimizer="sgd").optimizer == "sgd"
