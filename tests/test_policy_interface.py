@@ -82,7 +82,8 @@ def test_a_compressor_passed_in_is_the_one_the_hook_uses() -> None:
 STATE_KEYS = {"decisions", "rows", "log", "total_error", "measured", "fitted", "collective_s",
               "measurements", "cached", "_ready", "_layers", "_bucket", "_layout", "_tried",
               "_schedule", "_file", "_probe_start", "_last_eval", "_regime", "_live_used",
-              "signals", "profiler", "_speeds", "_losses", "_watch", "_fallback"}
+              "signals", "profiler", "_speeds", "_losses", "_watch", "_fallback", "_trial",
+              "_trial_result"}
 
 
 def test_the_automatic_policys_state_dict_keeps_its_format() -> None:

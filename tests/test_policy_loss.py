@@ -26,7 +26,7 @@ def policy(**options) -> AutoPolicy:
     """One layer worth compressing on a slow link, a decision every 20 steps."""
     kw = {"candidates": ("none", "fp16", "uniform:bits=8"), "first": FIRST, "probe_steps": 1,
           "every": 20, "cost": SLOW, "latency": "model", "cache": False, "optimizer": "sgd",
-          "loss_window": WINDOW, "loss_samples": 5, **options}
+          "loss_window": WINDOW, "loss_samples": 5, "trial_steps": 0, **options}
     return AutoPolicy(**kw)
 
 

@@ -47,6 +47,7 @@ from .layout import Layout
 from .part import Kept, Part, Whole
 from .probing import Probing
 from .quality import Quality
+from .trial import Trial
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ class AutoPolicy(Whole, Policy):
         self._unsaved = False  # measurements the cache does not hold yet
         self._layout, self._probing = Layout(), Probing(cfg)
         self._cache, self._decider, self._quality = CacheFile(cfg), Decider(cfg), Quality(cfg)
+        self._trial = Trial(cfg)
 
     def choose(self, layer: Layer) -> str:
         return self._decider.choose(layer)
@@ -132,6 +134,9 @@ class AutoPolicy(Whole, Policy):
         change = dec.close(step)
         if change is not None:
             self.log.append({"step": step, "event": "regime change", "norm_change": change})
+        self._trial.tick(step)
+        if self._trial.due():
+            self._time_plan(comm, step)
         if self._quality.due(step):
             self._check_loss(comm, step)
         if not probing.active and step >= cfg.first:
@@ -179,12 +184,26 @@ class AutoPolicy(Whole, Policy):
                          "predicted_s": out.total, "error": self.total_error,
                          "collective_us": {k: v * 1e6 for k, v in self.collective_s.items()}})
         fallback = self._quality.decided(step, self._decider, old, before)
+        if fallback is None and self._decider.narrower(old):
+            self._trial.start(step, self._decider)  # measured against 16 bits next
         if fallback is not None:
             self.log.append({"step": step, "event": f"quality {fallback}"})
         if comm.rank == 0:  # every rank decides alike
             report.log_decision(log, step, reason, self.rows, out.total,
                                 self._decider.rides(self._layout), old != self.decisions,
                                 self.table())
+
+    def _time_plan(self, comm: Any, step: int) -> None:
+        """The trial's phase has its steps: time 16 bits next, or keep the faster (collective
+        at the trial's end; every rank alike)."""
+        outcome = self._trial.advance(comm, step, self._decider, self._quality.safe())
+        self.log.append({"step": step, "event": f"trial: {outcome}",
+                         **(self._trial.result or {})})
+        if comm.rank == 0 and outcome in ("kept", "16 bits"):
+            r = self._trial.result
+            log.info("step %d: measured %.1f ms a step under the plan, %.1f ms at 16 bits: %s",
+                     step, r["plan_s"] * 1e3, r["sixteen_s"] * 1e3,
+                     "plan kept" if outcome == "kept" else "16 bits kept")
 
     def _check_loss(self, comm: Any, step: int) -> None:
         """The window after a decision has ended: 16 bits if the loss fell behind
@@ -217,4 +236,4 @@ class AutoPolicy(Whole, Policy):
 
     def _parts(self) -> tuple[Part, ...]:
         return self._layout, self._probing, self._costs, self._cache, self._decider, \
-            self._quality
+            self._quality, self._trial

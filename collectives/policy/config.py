@@ -82,6 +82,10 @@ class AutoConfig:
     loss_ratio: float = 0.5
     #: Reported steps each window needs for the check (fewer: no check).
     loss_samples: int = 10
+    #: Steps a decision that sends layers below 16 bits is timed for, and as many with those
+    #: layers at 16 bits after it; the plan is kept only if its median step is ``margin``
+    #: faster (``trial``). 0 trusts the prediction.
+    trial_steps: int = 6
 
     def __post_init__(self) -> None:
         if not self.candidates:
@@ -119,7 +123,7 @@ class AutoConfig:
                              f"coordinate scaled by its running RMS) or 'sgd', got "
                              f"{self.optimizer!r}")
         for key, low in (("profile_elements_per_step", 1), ("loss_window", 0),
-                         ("loss_samples", 2)):
+                         ("loss_samples", 2), ("trial_steps", 0)):
             value = getattr(self, key)
             if isinstance(value, bool) or not (isinstance(value, int) and value >= low):
                 raise ValueError(f"{key} must be an integer >= {low}, got {value!r}")

@@ -103,6 +103,8 @@ def _train(name: str, t: Any, args: argparse.Namespace, mpi: Any,
         st = common.split_step(model, t, opt, step, args, mpi, compute_only=compute)
         times.append(st.seconds)
         losses.append(st.loss)
+        if state is not None:
+            state.observe_loss(st.loss)  # the quality signal the automatic policy checks
         hook = 0.0 if state is None else steps.hook_seconds(state, step)
         parts.append((st.forward, st.backward, st.optimizer, hook))
         done = step + 1
