@@ -186,14 +186,14 @@ class Communicator(ABC):
         return request
 
     @property
-    @abstractmethod
     def rank(self) -> int:
-        """This process's rank in the group."""
+        """This process's rank in the group (``_rank``, set by the engine's subclass)."""
+        return self._rank
 
     @property
-    @abstractmethod
     def size(self) -> int:
-        """Number of ranks in the group."""
+        """Number of ranks in the group (``_size``, set by the engine's subclass)."""
+        return self._size
 
     @abstractmethod
     def isend(self, buf: np.ndarray, dest: int, tag: int, what: str = "send") -> Request:

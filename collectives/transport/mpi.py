@@ -84,14 +84,6 @@ class MPICommunicator(Communicator):
 
             install(lambda code: MPI.COMM_WORLD.Abort(code))
 
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def size(self) -> int:
-        return self._size
-
     def isend(self, buf: np.ndarray, dest: int, tag: int, what: str = "send") -> Request:
         self.check_usable()
         self._count_sent(buf.nbytes)

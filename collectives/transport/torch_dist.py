@@ -112,14 +112,6 @@ class TorchCommunicator(Communicator):
                 "init_process_group")
         return group
 
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def size(self) -> int:
-        return self._size
-
     def _tensor(self, buf: np.ndarray):
         torch, _ = _torch()
         return torch.from_numpy(buf.reshape(-1).view(np.uint8))
