@@ -34,7 +34,7 @@ docs: $(TEST_STAMP)
 	$(VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
 
 test: $(TEST_STAMP) lint
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=20 tests
 
 clean:
 	rm -rf build $(VENV) _compcoll*.so docs/_build
