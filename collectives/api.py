@@ -55,7 +55,7 @@ def iallreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any 
         >>> total, largest = h1.wait(), h2.wait()
         >>> assert total[0] == collectives.as_communicator().size and largest[9] == 9.0
     """
-    c = open_comm(comm, timeout)
+    c = open_comm(comm, timeout, validate)
     if compressor is not None:
         from .compressed.call import icompressed_allreduce
 
@@ -193,7 +193,7 @@ def reduce_scatter(buf: Any, *, op: str = "sum", comm: Any = None,
         >>> mine = collectives.reduce_scatter(np.ones(10 * p, np.float32))
         >>> assert mine.size == 10 and (mine == p).all()
     """
-    c = open_comm(comm, timeout)
+    c = open_comm(comm, timeout, validate)
     with _checks(c, "reduce_scatter", validate, timeout):
         prepared = buffers.prepare(buf, None)
         dtype, n = prepared.dtype, prepared.work.size
@@ -262,7 +262,7 @@ def broadcast(buf: Any, *, root: int = 0, comm: Any = None, timeout: float | Non
         >>> x = np.full(5, collectives.as_communicator().rank, np.int64)
         >>> assert (collectives.broadcast(x, root=0) == 0).all()
     """
-    c = open_comm(comm, timeout)
+    c = open_comm(comm, timeout, validate)
     with _checks(c, "broadcast", validate, timeout):
         if not 0 <= root < c.size:
             raise ValueError(f"root must be a rank in [0, {c.size}), got {root}")

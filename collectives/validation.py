@@ -40,11 +40,13 @@ def agree(comm: Communicator, path: str, fields: dict[str, int], timeout: float 
     return check(table, path, fields, shared)
 
 
-def open_comm(comm: Any, timeout: float | None) -> Communicator:
+def open_comm(comm: Any, timeout: float | None, validate: bool | None = None) -> Communicator:
     """The communicator a call runs on (``as_communicator``); on its first call the ranks check
-    that their message-shaping settings agree (:func:`settle`)."""
+    that their message-shaping settings agree (:func:`settle`), unless the call itself passes
+    ``validate=False`` (no agreement message at all, as it asks)."""
     c = as_communicator(comm)
-    settle(c, shaping(), timeout)
+    if validate is not False:
+        settle(c, shaping(), timeout)
     return c
 
 

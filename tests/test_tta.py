@@ -210,7 +210,7 @@ def test_bench_tta_smoke(tmp_path) -> None:
                    "--model", "mlp-wide", "--runs", "int8+ef,fp16,ddp,compute",
                    "--timeout", "60", "--json", str(out["json"]), "--plot", str(out["png"]),
                    "--txt", str(out["txt"]), "--stop-at-target", "--tolerance", "20",
-                   "--smooth", "2", "--repeat-auto", "2", "--repeat-steps", "16",
+                   "--smooth", "2", "--repeat-auto", "2", "--repeat-steps", "30",
                    timeout=240)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
     data = json.loads(out["json"].read_text())
@@ -261,4 +261,4 @@ def test_bench_tta_smoke(tmp_path) -> None:
     assert rep["repeats"] == 2 and len(rep["runs"]) == 2 and rep["ranks_agree"] is True
     assert rep["model"] == "mlp-wide" and 1 <= rep["same"] <= 2 and rep["distinct"] <= 2
     assert all(set(r) >= {"net.1.weight", "net.3.weight"} for r in rep["runs"])
-    assert "cold runs of 16 steps" in table
+    assert "cold runs of 30 steps" in table

@@ -114,7 +114,7 @@ def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
         >>> h = collectives.isparse_allreduce(np.array([3]), np.ones(1, np.float32), size=10)
         >>> assert h.wait()[3] == collectives.as_communicator().size
     """
-    c = open_comm(comm, timeout)
+    c = open_comm(comm, timeout, validate)
     check = defaults.validate if validate is None else validate
     with refusing(c, "sparse_allreduce", check or algorithm == "auto", timeout):
         idx, val, acc, back = _arguments(indices, values, size, algorithm, k)

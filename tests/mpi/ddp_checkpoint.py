@@ -23,8 +23,9 @@ POLICIES = {
     "uniform8": lambda: "uniform:bits=8",
     "rules": lambda: Rules([("numel<100", "none"), ("kind=embedding", "topk:ratio=0.1"),
                             ("kind=conv", "powersgd:rank=2"), ("*", "uniform:bits=4")]),
+    # (the models here train with SGD; no timed trial: a resumed run must decide alike)
     "auto": lambda: AutoPolicy(first=1, probe_steps=1, every=1000, cost=SLOW, min_numel=0,
-                               optimizer="sgd"),  # (the models here train with SGD)
+                               optimizer="sgd", trial_steps=0),
     # a sparsifier's span group (1-D layers are its holes): its residual saved by parameter
     "span": lambda: Rules([("kind=1d", "none"), ("*", "topk:ratio=0.3")]),
     # compressors that see each parameter alone or elementwise: independent of the bucketing
@@ -76,7 +77,7 @@ def resume(chk: Checker, key: str, cap: float) -> None:
 def _auto_free() -> AutoPolicy:
     """Collectives priced free: on the slow link this policy compresses (residuals to save)."""
     return AutoPolicy(first=1, probe_steps=1, every=1000, cost=SLOW, latency=0.0, min_numel=0,
-                      optimizer="sgd")
+                      optimizer="sgd", trial_steps=0)
 
 
 def other_world_size(chk: Checker) -> None:
