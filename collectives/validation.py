@@ -45,7 +45,7 @@ def open_comm(comm: Any, timeout: float | None, validate: bool | None = None) ->
     that their message-shaping settings agree (:func:`settle`), unless the call itself passes
     ``validate=False`` (no agreement message at all, as it asks)."""
     c = as_communicator(comm)
-    if validate is not False:
+    if validate is not False and not c.cache.settings_agreed:  # (once: not on every call)
         settle(c, shaping(), timeout)
     return c
 

@@ -191,7 +191,8 @@ def nonfinite(chk: Checker) -> None:
 
 def auto(chk: Checker) -> None:
     model = make()
-    policy = AutoPolicy(first=1, every=3, probe_steps=1, max_error=0.3, cost=SLOW)
+    policy = AutoPolicy(first=1, every=3, probe_steps=1, max_error=0.3, cost=SLOW,
+                        trial_steps=0)  # decisions from the measurements, not step times
     state = cddp.CompressionState(policy=policy).bind(model)
     model.register_comm_hook(state, cddp.compression_hook)
     for step in range(5):
@@ -232,7 +233,7 @@ def auto_noisy(chk: Checker) -> None:
     try:
         model = make()
         policy = AutoPolicy(first=1, every=2, probe_steps=1, max_error=0.3, cost=SLOW,
-                            min_numel=0, cache=False)  # profiled, every layer
+                            min_numel=0, cache=False, trial_steps=0)  # profiled, every layer
         state = cddp.CompressionState(policy=policy).bind(model)
         model.register_comm_hook(state, cddp.compression_hook)
         for step in range(6):  # decides at steps 2 and 4

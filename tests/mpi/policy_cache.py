@@ -40,7 +40,8 @@ def main() -> None:
     # The link named, so that two fits of the cost model on busy cores share the cache;
     # collectives priced free, so that this small model's layers are worth compressing.
     policy = AutoPolicy(first=1, every=3, probe_steps=1, max_error=0.3, cost=SLOW,
-                        latency=0.0, min_numel=512, cache_dir=str(folder), link="test link")
+                        latency=0.0, min_numel=512, cache_dir=str(folder), link="test link",
+                        trial_steps=0)  # decisions from the measurements, not step times
     state = cddp.CompressionState(policy=policy).bind(model)
     model.register_comm_hook(state, cddp.compression_hook)
     for step in range(STEPS):
