@@ -182,3 +182,9 @@ def test_compression_state_passes_the_loss_of_the_step_under_way() -> None:
 def test_the_loss_check_is_validated(kwargs, words) -> None:
     with pytest.raises(ValueError, match=words):
         AutoConfig(**kwargs)
+
+
+@pytest.mark.parametrize("bad", ["abc", None, [1.0, 2.0]])
+def test_a_loss_that_is_not_a_number_is_refused_naming_what_works(bad) -> None:
+    with pytest.raises(TypeError, match=r"loss\.item\(\)"):
+        policy().observe_loss(3, bad)

@@ -120,7 +120,12 @@ class AutoPolicy(Whole, Policy):
 
     def observe_loss(self, step: int, loss: float) -> None:
         """This rank's training loss of ``step`` (see ``Policy.observe_loss``, ``quality``)."""
-        self._quality.add(step, float(loss))
+        try:
+            value = float(loss)  # a number, or a one-element tensor (loss.detach())
+        except (TypeError, ValueError):
+            raise TypeError("observe_loss: loss must be the step's training loss as a number "
+                            f"(e.g. loss.item()), got {type(loss).__name__} {loss!r:.60}") from None
+        self._quality.add(step, value)
 
     # -- deciding ------------------------------------------------------------------------
     def update(self, comm: Any, step: int, *, plain: str | None = None) -> bool:
