@@ -85,22 +85,11 @@ class HashedContext(nn.Module):
         return self.head(self.table((ids * 2654435761) % self.buckets).sum(-2))
 
 
-class ByteLM(nn.Module):
-    def __init__(self, d: int, layers: int, heads: int) -> None:
-        super().__init__()
-        self.tok = nn.Embedding(256, d)
-        self.pos = nn.Embedding(CONTEXT, d)
-        block = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True,
-                                           norm_first=True)
-        self.body = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
-        self.norm = nn.LayerNorm(d)
-        self.head = nn.Linear(d, 256)
+class ByteLM(DecoderLM):
+    """The byte-level language model: 256 byte tokens, ``CONTEXT`` bytes of context."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        t = x.shape[1]
-        mask = nn.Transformer.generate_square_subsequent_mask(t)
-        h = self.tok(x) + self.pos(torch.arange(t))
-        return self.head(self.norm(self.body(h, mask=mask, is_causal=True)))
+    def __init__(self, d: int, layers: int, heads: int) -> None:
+        super().__init__(vocab=256, d=d, layers=layers, heads=heads, context=CONTEXT)
 
 
 @dataclass
