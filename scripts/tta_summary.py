@@ -32,7 +32,8 @@ from results_index import notes_for, origin, parse_notes
 TORCH = {"ddp": "DDP", "fp16": "fp16 hook", "bf16": "bf16 hook", "powersgd1": "PowerSGD 1",
          "powersgd": "PowerSGD 4"}
 #: Our runs in the order shown (others that a file has follow under their own names).
-OURS = {"auto": "auto", "auto-rerun": "auto, from cache", "int8+ef": "8-bit + EF",
+OURS = {"auto": "auto", "auto-rerun": "auto, from cache", "auto-flat": "auto, flat",
+        "fp16-ours": "fp16, ours", "int8+ef": "8-bit + EF",
         "int4+ef": "4-bit + EF", "topk+ef": "top-k 1% + EF", "powersgd+ef": "PowerSGD 4 + EF"}
 COMPUTE = "compute"
 RATE = re.compile(r"^([\d.]+)([kmgt]?)bit$")

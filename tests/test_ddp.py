@@ -91,3 +91,8 @@ def test_init_from_mpi_names_a_bad_host_on_every_rank() -> None:
 @pytest.mark.parametrize("np_", [2, 3])
 def test_16_bit_buckets_take_the_fast_path_bit_for_bit_with_pytorchs_hooks(np_: int) -> None:
     _passed(run("ddp_fastpath.py", np_, timeout=120), "ddp fast path")
+
+
+@pytest.mark.parametrize("layout", ["2x2", "2x2-interleaved"])
+def test_on_two_hosts_16_bit_and_8_bit_buckets_cross_hosts_two_level(layout: str) -> None:
+    _passed(run("ddp_two_level.py", 4, layout, timeout=150), f"ddp two-level {layout}")

@@ -145,3 +145,28 @@ def test_two_level_compressed_prices_only_the_crossing_bytes_on_the_cross_link()
     assert (inside, across) == (2 * 3 / 4 * numel * 4, shard)
     one = CostParams.of_hosts(Link(1e-6, 1e-10), NIC, 0.0, (8,))
     assert pricing.two_level_costs("dense", 8, numel, 4, payload, one, 1e-9, 1e-9)[1] == 0.0
+
+
+def test_auto_crosses_hosts_two_level_only_where_the_model_prices_it_cheaper() -> None:
+    """``hierarchy="auto"`` of a compressed call: 8-bit with its codec time goes two-level
+    over a fast host link (1/L of the coding per rank, and each uplink carries the payload
+    once where a flat ring carries it 1.5 times); top-k 1% stays flat when the host link is
+    no faster than the network (the two-level call moves the full-precision buffer inside
+    the host). Each side is priced with its cheapest scheme."""
+    from collectives.compressed import hierarchical
+
+    n = 16 * MB // 4
+    fast = CostParams.of_hosts(INTRA, NIC, G, (2, 2))
+    slow = CostParams.of_hosts(NIC, NIC, G, (2, 2))
+    int8 = costmodel.SchemeLoad(4, n, 4, n, 0.006, 0.003)
+    assert hierarchical.cheaper(int8, fast, ["reduce_scatter_allgather", "allgather"])
+    k = n // 100
+    topk = costmodel.SchemeLoad(4, n, 4, 8 * k, 0.004, 0.0, k)
+    schemes = ["sparse", "allgather"]
+    assert not hierarchical.cheaper(topk, slow, schemes)
+    per_byte = 0.004 / (4 * n)
+    flat = min(sum(pricing.scheme_costs(s, 4, n, 4, 8 * k, slow, per_byte, 0.0, k))
+               for s in schemes)
+    two = min(sum(pricing.two_level_costs(s, 4, n, 4, 8 * k, slow, per_byte, 0.0, k))
+              for s in schemes)
+    assert two >= flat  # the same prices, through the public pricing functions

@@ -70,7 +70,8 @@ def icompressed_allreduce(c: Communicator, buf: Any, *, compressor: Any, feedbac
                                                 numel, dtype, hierarchy), timeout)
     # Set-up collectives (topology, sub-communicators, the model's fit) come now, in call
     # order on every rank, before the call's first message.
-    lv = hierarchical.levels(c, hierarchy, comp, timeout)
+    lv = hierarchical.levels(c, hierarchy, comp, timeout, numel, dtype.itemsize, scheme,
+                             schemes)
     options = {"algorithm": algorithm, "sparse_algorithm": sparse_algorithm, "k": k}
     if lv is not None:  # staged through host memory: the host-level steps run there
         if prepared is None:

@@ -51,17 +51,23 @@ class Levels:
     n_hosts: int
 
 
-def levels(c: Communicator, hierarchy: str, comp: Compressor,
-           timeout: float | None) -> Levels | None:
+def levels(c: Communicator, hierarchy: str, comp: Compressor, timeout: float | None,
+           numel: int | None = None, value_bytes: int = 4, scheme: str = "auto",
+           schemes: list[str] | None = None) -> Levels | None:
     """The levels of a call with ``hierarchy``, or None for a flat call (collective on the
     communicator's first call: the topology, then the sub-communicators, each wait bounded by
     ``timeout``). "auto" is two-level on several hosts of the same size, more than one rank
-    each, for compressors that take flat slices."""
+    each, for compressors that take flat slices, where the cost model prices it below the
+    flat call (``pays``) for a call of ``numel`` elements (None: not priced)."""
     if hierarchy == "flat" or c.size == 1:
         return None
     topo = topology(c, timeout=timeout)
     if hierarchy == "auto" and not (1 < topo.n_hosts < c.size and topo.uniform
                                     and not comp.capabilities.allreduce_steps):
+        return None
+    if hierarchy == "auto" and numel is not None and not pays(
+            c, comp, numel, value_bytes, [scheme] if scheme != "auto" else schemes or [],
+            timeout):
         return None
     if not topo.uniform:
         raise ValueError(f"hierarchy='two_level' needs hosts of the same size (shards line up "
@@ -73,6 +79,43 @@ def levels(c: Communicator, hierarchy: str, comp: Compressor,
         return Levels(None, c, 0, 1, c.size)
     subs = host_comms(c, timeout=timeout)
     return Levels(subs.intra, subs.cross, topo.local_rank, topo.local_size, topo.n_hosts)
+
+
+def pays(c: Communicator, comp: Compressor, numel: int, value_bytes: int,
+         schemes: list[str], timeout: float | None) -> bool:
+    """Whether the cost model fitted on ``c`` (its intra- and cross-host classes) prices the
+    two-level call of ``numel`` elements below the flat one, each with its cheapest of
+    ``schemes`` (collective on first use: the fit and the compressor's speed; then the same
+    answer on every rank). Inside the host the two-level call moves the whole buffer in full
+    precision: a sparse payload, or a host link no faster than the network, can make the
+    flat call cheaper."""
+    if not schemes:
+        return True
+    cost = costmodel.params(c, timeout=timeout)
+    cs, ds, per_elem, kept = measure(c, comp)
+    payload, k = int(per_elem * numel), int(kept * numel)
+    n_bytes = numel * value_bytes
+    return cheaper(SchemeLoad(c.size, numel, value_bytes, payload, cs * n_bytes, ds * n_bytes,
+                              k), cost, schemes)
+
+
+def cheaper(load: SchemeLoad, c: CostParams, schemes: list[str]) -> bool:
+    """Whether the two-level call of ``load`` on the hosts ``c.layout(load.p)`` is priced
+    below the flat one, each with its cheapest of ``schemes``.
+
+    Example (2 hosts of 2 ranks, shared memory inside, 1 Gbit/s across; 16M floats in 8
+    bits, 20 ms to encode and 10 to decode them all: two-level codes 1/L of it)::
+
+        >>> from collectives.costparams import CostParams, Link
+        >>> from collectives.costmodel import SchemeLoad
+        >>> c = CostParams.of_hosts(Link(2e-6, 1e-10), Link(30e-6, 8e-9), 1e-10, (2, 2))
+        >>> cheaper(SchemeLoad(4, 1 << 24, 4, 1 << 24, 0.02, 0.01), c,
+        ...         ["reduce_scatter_allgather"])
+        True
+    """
+    flat = min(sum(SCHEMES[s].price(load, c)) for s in schemes)
+    two = min(sum(price(s, load, c)) for s in schemes)
+    return two < flat
 
 
 def _decide(c: Communicator, lv: Levels, comp: Compressor, scheme: str, schemes: list[str],

@@ -60,6 +60,8 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
     fast = fastpath.serves(comm) and (
         state.plain_algorithm() == comm.engine if warm else
         fastpath.spec_of(groups, state.feedback, state.group_algorithm() == comm.engine))
+    if fast in fastpath.HALF and state.crosses_hosts():
+        fast = None  # the engine's allreduce is flat: ours may reduce inside hosts first
     if fast:
         spec = "none" if warm else fast
         if spec == "none":
@@ -123,7 +125,8 @@ def _start(state: CompressionState, comm: Any, g: Any, x: Any, step: int, st: di
     h = api.iallreduce(x, op="sum", comm=comm, out=x, name=g.name, step=step,
                        compressor=state.compressor(g.spec), feedback=fb,
                        scheme="dense" if plain else state.scheme, algorithm=algo,
-                       timeout=state.timeout, stats=st, validate=check)
+                       timeout=state.timeout, stats=st, validate=check,
+                       hierarchy=state.hierarchy)
     if (plain or g.spec in fastpath.HALF) and fb is not None:
         fb.residuals.pop(g.name, None)  # a residual moved here went out in full (or 16-bit)
     return h

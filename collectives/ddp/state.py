@@ -13,6 +13,9 @@ from . import checkpoint
 from . import groups as grouping
 from .worker import Worker
 
+#: How compressed groups cross hosts (``CompressionState``'s ``hierarchy``).
+HIERARCHIES = ("auto", "flat", "two_level")
+
 
 class CompressionState:
     """State of :func:`compression_hook`; see ``collectives.ddp`` for the contract.
@@ -24,7 +27,10 @@ class CompressionState:
     ``algorithm`` for compressed groups, ``plain``: the allreduce of uncompressed groups
     (None: the engine's own, "torch" or "mpi", as DDP itself uses, in warm-up steps and under
     a fixed policy; under an adaptive one, "auto" once compression is on, see
-    ``group_algorithm``). Internal state: the step
+    ``group_algorithm``), ``hierarchy``: how compressed groups cross hosts ("auto": two-level
+    on several hosts of the same size with more than one rank each, full precision inside
+    the host and the compressor only on what crosses hosts; "flat"; "two_level"; see
+    ``crosses_hosts``). Internal state: the step
     counter, error-feedback residuals, PowerSGD warm starts, the policy's decisions.
     Pickling leaves the process group, the communicator and the thread out.
     """
@@ -32,16 +38,23 @@ class CompressionState:
     def __init__(self, process_group: Any = None, policy: Any = "uniform:bits=8",
                  error_feedback: bool = True, start_step: int = 0, *, comm: Any = None,
                  timeout: float | None = None, scheme: str = "auto",
-                 algorithm: str = "auto", plain: str | None = None) -> None:
+                 algorithm: str = "auto", plain: str | None = None,
+                 hierarchy: str = "auto") -> None:
         if not isinstance(error_feedback, bool):
             raise ValueError(f"error_feedback must be True or False, got {error_feedback!r}")
         if isinstance(start_step, bool) or not (isinstance(start_step, int) and start_step >= 0):
             raise ValueError(f"start_step must be an integer >= 0, got {start_step!r}")
         check_timeout(timeout)  # a positive finite number of seconds, or None (the default)
+        if hierarchy not in HIERARCHIES:
+            raise ValueError(f"hierarchy must be one of {', '.join(HIERARCHIES)}, "
+                             f"got {hierarchy!r}")
         self.process_group, self.comm_arg = process_group, comm
         self.policy: Policy = as_policy(policy)
         self.error_feedback, self.start_step = error_feedback, start_step
         self.timeout, self.scheme, self.algorithm, self.plain = timeout, scheme, algorithm, plain
+        self.hierarchy = hierarchy
+        self._two_level: bool | None = None  # decided at the first step (``crosses_hosts``)
+        self._levels: dict[tuple[str, int, int], bool] = {}  # ``sends_two_level``
         self.step = 0  # iterations begun, counted at each call for bucket 0
         self.current = 0  # the step the hooks of this iteration belong to
         self.version = 0  # bumped when the policy's decisions change
@@ -118,8 +131,43 @@ class CompressionState:
             lay = self._layers[name] = layer_of(name, param)
         return lay
 
+    def crosses_hosts(self) -> bool:
+        """Whether compressed groups may run two-level (``hierarchy``; "auto": several hosts
+        of the same size, several ranks each). The two-level call sends the payload only
+        across hosts, L times fewer bytes over each host's uplink than a flat ring.
+        Decided at the first step (``begin_step``, collective there: the topology)."""
+        if self._two_level is None:
+            if self.hierarchy == "auto":
+                from ..topology import topology
+
+                comm = self.communicator()
+                topo = topology(comm, timeout=self.timeout)
+                self._two_level = 1 < topo.n_hosts < comm.size and topo.uniform
+            else:
+                self._two_level = self.hierarchy == "two_level"
+        return self._two_level
+
+    def sends_two_level(self, spec: str, numel: int, value_bytes: int) -> bool:
+        """Whether a group of ``spec`` and ``numel`` elements runs two-level: the compressed
+        call's own choice (``compressed.hierarchical.levels``; under "auto", where the cost
+        model prices it below the flat call). Then a 16-bit bucket leaves the fast path.
+        Collective on first use (the fit, the compressor's speed); remembered per group
+        size."""
+        if not self.crosses_hosts():
+            return False
+        key = (spec, numel, value_bytes)
+        if key not in self._levels:
+            from ..compressed import candidates, hierarchical
+
+            comp = self.compressor(spec)
+            self._levels[key] = hierarchical.levels(
+                self.communicator(), self.hierarchy, comp, self.timeout, numel, value_bytes,
+                self.scheme, candidates(comp)) is not None
+        return self._levels[key]
+
     def begin_step(self) -> None:
         """Called for bucket 0, when nothing is in flight: count, let the policy decide."""
+        self.crosses_hosts()  # the topology's allgather, while no other message is in flight
         self.current, self.step = self.step, self.step + 1
         if self.policy.adaptive and self.current >= self.start_step and \
                 self.policy.update(self.communicator(), self.current,
@@ -196,11 +244,12 @@ class CompressionState:
         self._worker.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        skip = ("process_group", "comm_arg", "_comm", "_worker")
+        skip = ("process_group", "comm_arg", "_comm", "_worker", "_two_level", "_levels")
         return {k: (None if k in skip else v) for k, v in self.__dict__.items()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._levels = {}
         self._worker = Worker()
 
     def state_dict(self) -> dict[str, Any]:

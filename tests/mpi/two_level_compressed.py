@@ -22,7 +22,7 @@ import compressors
 from collectives import MismatchError, costmodel, pricing
 from collectives.algorithms import two_level
 from collectives.algorithms.common import partition
-from collectives.compressed import SCHEMES, rsag
+from collectives.compressed import SCHEMES, candidates, hierarchical, resolve_compressor, rsag
 from collectives.errors import CollectiveTimeout
 from collectives.topology import topology
 
@@ -200,7 +200,12 @@ def wire(chk: Checker, comm, layout: tuple[int, int]) -> None:
 def decisions(chk: Checker, comm) -> None:
     """hierarchy "auto" and "flat", and every refusal, on every rank alike."""
     x = np.ones(64, np.float32)
-    for hierarchy, spec, want in (("auto", "fp16", "two_level"), ("flat", "fp16", "flat"),
+    # "auto" on hosts of several ranks: two-level where the model fitted here prices it
+    # cheaper (``hierarchical.pays``: the same answer on every rank), else flat
+    priced = "two_level" if hierarchical.pays(comm, resolve_compressor("fp16"), 64, 4,
+                                              ["dense"], None) else "flat"
+    chk.check(len(set(WORLD.allgather(priced))) == 1, "ranks priced auto differently")
+    for hierarchy, spec, want in (("auto", "fp16", priced), ("flat", "fp16", "flat"),
                                   ("auto", "powersgd:rank=1", "flat")):
         stats: dict = {}
         chk.run(f"{hierarchy} {spec}", collectives.allreduce, x.reshape(8, 8), compressor=spec,
@@ -258,7 +263,12 @@ def fitted(chk: Checker, comm, layout: tuple[int, int]) -> None:
                     stats=stats)
         if y is not None:
             chk.identical(y, f"auto {spec}")
-            chk.check(stats["hierarchy"] == "two_level", f"auto {spec}: {stats}")
+            comp = resolve_compressor(spec)
+            want = "two_level" if hierarchical.pays(comm, comp, x.size, 4, candidates(comp),
+                                                    None) else "flat"
+            chk.check(stats["hierarchy"] == want, f"auto {spec}: {stats}, priced {want}")
+            chk.check(len(set(WORLD.allgather(stats["hierarchy"]))) == 1,
+                      f"auto {spec}: ranks took different hierarchies")
     cross = comm.cache.host_comms.cross
     chk.check(cross.cache.cost_params == c.on("cross", (1,) * hosts),
               f"cross-host params {cross.cache.cost_params!r}")

@@ -72,7 +72,7 @@ for _name, _rank in POWERSGD_RANK.items():
     RUNS[_name] = _torch_powersgd(_rank)
 
 
-def _ours(policy: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
+def _ours(policy: Callable[[Any], Any], hierarchy: str = "auto") -> Callable[[Any, Any], Any]:
     def register(model: Any, args: Any) -> Any:
         import collectives.ddp as cddp
 
@@ -86,7 +86,8 @@ def _ours(policy: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
         state = cddp.CompressionState(policy=policy(args), start_step=args.start_step,
                                       comm=comm, scheme=args.scheme,
                                       plain=getattr(args, "plain", None),
-                                      timeout=args.timeout / 2).bind(model)
+                                      timeout=args.timeout / 2,
+                                      hierarchy=hierarchy).bind(model)
         model.register_comm_hook(state, cddp.compression_hook)
         return state
     return register
@@ -106,6 +107,11 @@ def _auto(args: Any) -> Any:
 
 
 RUNS["auto"] = _ours(_auto)
+# The same policy with every rank a peer on one flat link (no reduction inside hosts first).
+RUNS["auto-flat"] = _ours(_auto, hierarchy="flat")
+# Our fp16: on several hosts of several ranks, full precision inside the host and 16 bits
+# across hosts (two-level); elsewhere PyTorch's fp16 hook, bit for bit.
+RUNS["fp16-ours"] = _ours(lambda args: "fp16")
 # The same policy again, in the same process: it reads what ``auto`` measured from the cache
 # and decides at its first step (run it after ``auto``).
 RUNS["auto-rerun"] = _ours(_auto)

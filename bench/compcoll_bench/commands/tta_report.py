@@ -30,6 +30,8 @@ LABELS = {"ddp": "DDP, no hook", "fp16": "PyTorch fp16 hook", "bf16": "PyTorch b
           "powersgd1": "PyTorch PowerSGD rank 1", "powersgd": "PyTorch PowerSGD rank 4",
           "auto": "ours, auto policy",
           "auto-rerun": "ours, auto policy, measurements from the cache",
+          "auto-flat": "ours, auto policy, flat (no reduction inside hosts first)",
+          "fp16-ours": "ours, fp16 (two-level across hosts)",
           "int8+ef": "ours, 8-bit + EF", "int4+ef": "ours, 4-bit + EF",
           "topk+ef": "ours, top-k 1% + EF", "powersgd+ef": "ours, PowerSGD rank 4 + EF"}
 
