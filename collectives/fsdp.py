@@ -22,6 +22,14 @@ after the collective itself where it wants to (fp16), so those factors need noth
   modules with inputs of the same size would share a residual (each gets the error the other
   left), which ``error_feedback=False`` avoids. The 8-bit default quantizes with stochastic
   rounding (unbiased) and trains without feedback too.
+* On several hosts of the same size with more than one rank each (``hierarchy="auto"``, or
+  ``"two_level"``; ``collectives.topology``) the call is two-level: a ring reduce-scatter
+  inside the host in float32 leaves local rank i with its host's sum of the chunks of every
+  rank of local index i, and the compressed reduce-scatter above runs across hosts on those
+  H chunks, among the ranks of local index i. Only compressed chunks cross hosts, L times
+  fewer bytes over each host's uplink than the flat call (L ranks per host), and each rank
+  codes 1/L of what it codes flat. The residual is the cross-host step's
+  (``f"{name}@cross"``). ``calls["two_level"]`` counts these calls.
 * ``async_op=True`` returns a completed ``Work``: FSDP2 calls the reduce-scatter with
   ``async_op=False`` on its reduce-scatter stream and waits for it there, so the collective
   always runs to the end inside the call.
@@ -61,18 +69,24 @@ import compressors
 from compressors.dtypes import lookup
 
 from . import torchwork
-from .compressed import make_ctx, resolve_compressor
+from .algorithms import ring
+from .algorithms.common import Job
+from .compressed import hierarchical, make_ctx, resolve_compressor
 from .compressed.checks import check_feedback
 from .compressed.common import Ctx, wire_sizes
+from .config import defaults
 from .errors import MismatchError
 from .exchange import alltoallv
 from .progress import Handle
+from .topology import topology
 from .transport import as_communicator
 from .validation import agree, digest
 
 __all__ = ["CompressedReduceScatter", "compress_reduce_scatter"]
 
 _COMPRESSED_DTYPES = (torch.float32, torch.bfloat16)
+#: How a call crosses hosts (``CompressedReduceScatter``'s ``hierarchy``).
+HIERARCHIES = ("auto", "flat", "two_level")
 
 
 class CompressedReduceScatter(ReduceScatter):
@@ -82,7 +96,7 @@ class CompressedReduceScatter(ReduceScatter):
 
     def __init__(self, compressor: Any = "uniform:bits=8", *, error_feedback: bool = True,
                  min_numel: int = 16384, timeout: float | None = None,
-                 name: str = "fsdp") -> None:
+                 name: str = "fsdp", hierarchy: str = "auto") -> None:
         self.compressor = resolve_compressor(compressor)
         if self.compressor.capabilities.allreduce_steps:
             raise ValueError(f"{self.compressor.name} needs collective steps of its own "
@@ -92,8 +106,11 @@ class CompressedReduceScatter(ReduceScatter):
             raise ValueError(f"min_numel must be an integer >= 0, got {min_numel!r}")
         self.feedback = compressors.ErrorFeedback(self.compressor) if error_feedback else None
         check_feedback(self.feedback, self.compressor)
-        self.min_numel, self.timeout = min_numel, timeout
-        self.calls = {"compressed": 0, "plain": 0}
+        if hierarchy not in HIERARCHIES:
+            raise ValueError(f"hierarchy must be one of {', '.join(HIERARCHIES)}, "
+                             f"got {hierarchy!r}")
+        self.min_numel, self.timeout, self.hierarchy = min_numel, timeout, hierarchy
+        self.calls = {"compressed": 0, "plain": 0, "two_level": 0}
         self._steps: dict[str, int] = {}
         self._agreed: dict[int, Any] = {}  # id -> communicator whose ranks have agreed
         self.name = name  # names the residuals and seeds the stochastic rounding
@@ -121,23 +138,53 @@ class CompressedReduceScatter(ReduceScatter):
             return _plain(output_tensor, input_tensor, group, op, scale, async_op)
         self.calls["compressed"] += 1
         comm = as_communicator(group)
+        # set-up collectives (topology, sub-communicators) on the first call, before messages
+        lv = hierarchical.levels(comm, self.hierarchy, self.compressor, self.timeout)
         host = input_tensor.detach().reshape(-1).cpu()
-        x = host if host.dtype == torch.bfloat16 else host.numpy()  # the compressor's view
         name = self._name(input_tensor)
         step = self._steps.get(name, 0)
         self._steps[name] = step + 1
-        ctx = make_ctx(comm, comm.next_tag(), self.compressor, self.feedback, name, step, x,
-                       lookup(str(input_tensor.dtype).removeprefix("torch.")))
-        ctx.out = ctx.buffer("owned", n // p)
+        if lv is not None and lv.intra is not None and lv.cross is not None:
+            self.calls["two_level"] += 1
+            ctx, steps = self._two_level(comm, lv, host.float().numpy(), name, step)
+        else:
+            x = host if host.dtype == torch.bfloat16 else host.numpy()  # the compressor's view
+            ctx = make_ctx(comm, comm.next_tag(), self.compressor, self.feedback, name, step,
+                           x, lookup(str(input_tensor.dtype).removeprefix("torch.")))
+            ctx.out = ctx.buffer("owned", n // p)
+            steps = reduce_scatter(ctx)
 
         def finish() -> None:
             if scale != 1.0:  # applied to the fp32 sum: one rounding, on n/p elements
                 ctx.out *= np.float32(scale)
             output_tensor.reshape(-1).copy_(torch.from_numpy(ctx.out))
 
-        Handle(reduce_scatter(ctx), finish, "compressed reduce-scatter (FSDP)",
-               self.timeout).wait()
+        Handle(steps, finish, "compressed reduce-scatter (FSDP)", self.timeout).wait()
         return _done() if async_op else None
+
+    def _two_level(self, comm: Any, lv: Any, x: np.ndarray, name: str, step: int
+                   ) -> tuple[Ctx, Any]:
+        """The context of the cross-host step and the call's steps (see the module doc)."""
+        topo = topology(comm, timeout=self.timeout)
+        hosts, m = lv.n_hosts, x.size // comm.size
+        # block k inside the host: the chunks of the ranks of local index k, in the rank
+        # order of their cross-host communicator
+        owners = [sorted(h[k] for h in topo.hosts) for k in range(lv.local_size)]
+        work = x.reshape(comm.size, m)[np.concatenate(owners)].reshape(-1)  # a copy
+        blocks = [(k * hosts * m, (k + 1) * hosts * m) for k in range(lv.local_size)]
+        lo, hi = blocks[lv.local_rank]
+        f32 = lookup("float32")
+        tag = comm.next_tag()
+        inside = Job(lv.intra, work, f32, "sum", tag, max(1, defaults.segment_bytes // 4),
+                     "two-level reduce-scatter (FSDP)")
+        ctx = make_ctx(lv.cross, tag, self.compressor, self.feedback, f"{name}@cross", step,
+                       work[lo:hi], f32)
+        ctx.out = ctx.buffer("owned", m)
+
+        def steps() -> Any:
+            yield from ring.reduce_scatter(inside, blocks)
+            yield from reduce_scatter(ctx)
+        return ctx, steps()
 
     def _spec(self) -> str:
         """The compressor with its parameters, as text (``uniform:bits=8,...``)."""
@@ -146,17 +193,21 @@ class CompressedReduceScatter(ReduceScatter):
 
     def _agree(self, group: Any) -> None:
         """Once per group, before its first message: every rank has the same compressor
-        spec and ``min_numel``, else MismatchError on every rank (see the module doc)."""
+        spec, ``min_numel`` and ``hierarchy``, else MismatchError on every rank (see the
+        module doc)."""
         comm = as_communicator(group)
         if self._agreed.get(id(comm)) is comm:
             return
         spec = self._spec()
         table = agree(comm, "settings", {}, self.timeout,
-                      shared={"compressor": digest(spec), "min_numel": self.min_numel})
+                      shared={"compressor": digest(spec), "min_numel": self.min_numel,
+                              "hierarchy": HIERARCHIES.index(self.hierarchy)})
         if (table[:, 0] != table[0, 0]).any():
             raise _mismatch("compressor", _texts(comm, spec, self.timeout))
         if (table[:, 1] != table[0, 1]).any():
             raise _mismatch("min_numel", [int(v) for v in table[:, 1]])
+        if (table[:, 2] != table[0, 2]).any():
+            raise _mismatch("hierarchy", [HIERARCHIES[int(v)] for v in table[:, 2]])
         self._agreed[id(comm)] = comm
 
     def _name(self, t: torch.Tensor) -> str:
@@ -167,7 +218,8 @@ class CompressedReduceScatter(ReduceScatter):
 
 def compress_reduce_scatter(module: torch.nn.Module, compressor: Any = "uniform:bits=8", *,
                             error_feedback: bool = True, min_numel: int = 16384,
-                            timeout: float | None = None) -> list[CompressedReduceScatter]:
+                            timeout: float | None = None, hierarchy: str = "auto"
+                            ) -> list[CompressedReduceScatter]:
     """Give every ``fully_shard`` module in ``module`` (itself included) a
     :class:`CompressedReduceScatter` of its own, so each residual belongs to one parameter
     group; returns them in ``module.named_modules()`` order, each named by its module's
@@ -179,7 +231,7 @@ def compress_reduce_scatter(module: torch.nn.Module, compressor: Any = "uniform:
         if isinstance(m, FSDPModule):
             comm = CompressedReduceScatter(compressor, error_feedback=error_feedback,
                                            min_numel=min_numel, timeout=timeout,
-                                           name=f"fsdp:{path or '.'}")
+                                           name=f"fsdp:{path or '.'}", hierarchy=hierarchy)
             m.set_custom_reduce_scatter(comm)
             out.append(comm)
     if not out:

@@ -25,3 +25,10 @@ def test_different_settings_on_one_rank_raise_mismatch_on_every_rank() -> None:
 def test_a_peer_dying_mid_reduce_scatter_fails_every_survivors_call() -> None:
     res = torchrun("dead_peer.py", 3, "fsdp", timeout=180)
     survivors_passed(res, "torchrun dead peer fsdp", 2)
+
+
+@pytest.mark.parametrize("layout", ["2x2", "2x2-interleaved"])
+def test_on_two_hosts_the_reduce_scatter_compresses_only_across_hosts(layout: str) -> None:
+    res = torchrun("fsdp_two_level.py", 4, layout, timeout=280)
+    passed(res, f"torchrun fsdp two-level {layout}")
+    assert "fsdp two-level training losses:" in res.stdout
