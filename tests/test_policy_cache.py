@@ -204,6 +204,25 @@ def test_the_cache_keeps_the_fitted_cost_model(tmp_path) -> None:
     assert second.decisions == first.decisions and second.rows == first.rows
 
 
+def test_the_cache_keeps_the_link_classes_and_hosts_of_a_fit(tmp_path) -> None:
+    """A fit on hosts of several ranks (link classes inside and across hosts) comes back
+    whole, so a second run prices the two-level calls alike."""
+    from collectives.costparams import Link
+
+    hosts = CostParams.of_hosts(Link(2e-6, 1e-10), Link(5e-5, 8e-9), 1e-10, (2, 2))
+    comm = Ranks()
+    comm.cache.cost_params = hosts
+    first = policy(tmp_path, cost=None)
+    drive(first, comm, range(6), model())
+    again = Ranks()
+    again.cache.cost_params = CostParams.of_hosts(Link(3e-6, 1.2e-10), Link(6e-5, 1.1e-8),
+                                                  1e-10, (2, 2))
+    second = policy(tmp_path, cost=None)
+    assert drive(second, again, range(6), model()) == []
+    assert second.cached and second.fitted == first.fitted == hosts
+    assert second.decisions == first.decisions
+
+
 @pytest.mark.parametrize("change", ["shape", "dtype", "name", "world", "link", "candidates"])
 def test_the_cache_is_not_used_for_another_layout_world_size_or_link(tmp_path, change) -> None:
     drive(policy(tmp_path), Ranks(), range(6), model())
@@ -285,6 +304,10 @@ def _corrupt(path, how: str) -> None:
         record["fit"] = {"alpha": int("9" * 400), "beta": 1e-9, "gamma": 0.0}
     elif how == "fit overflows":  # finite, but a price of it is not
         record["fit"] = {"alpha": 5e-5, "beta": 1e300, "gamma": 1e-10}
+    elif how == "fit hosts":  # hosts that do not add up to the world
+        record["fit"] = {"alpha": 5e-5, "beta": 8e-9, "gamma": 1e-10, "hosts": [3]}
+    elif how == "fit class":
+        record["fit"] = {"alpha": 5e-5, "beta": 8e-9, "gamma": 1e-10, "intra": [1e-6]}
     elif how == "fit as strings":
         record["fit"] = {"alpha": "5e-5", "beta": "8e-9", "gamma": "1e-10"}
     elif how == "latency as strings":
@@ -305,7 +328,8 @@ def _corrupt(path, how: str) -> None:
 CORRUPT = ["garbage", "truncated", "foreign", "schema", "negative", "infinite", "short row",
            "unknown layer", "kept", "fit", "latency", "empty", "deep", "deep object",
            "not utf-8", "padded", "fifo", "directory", "ones", "true", "zeros", "strings",
-           "huge int", "huge fit", "fit overflows", "fit as strings", "latency as strings",
+           "huge int", "huge fit", "fit overflows", "fit hosts", "fit class", "fit as strings",
+           "latency as strings",
            "world as float", "schema as float"]
 
 

@@ -170,3 +170,39 @@ def test_auto_crosses_hosts_two_level_only_where_the_model_prices_it_cheaper() -
     two = min(sum(pricing.two_level_costs(s, 4, n, 4, 8 * k, slow, per_byte, 0.0, k))
               for s in schemes)
     assert two >= flat  # the same prices, through the public pricing functions
+
+
+def test_the_policy_prices_a_layer_by_what_crosses_hosts() -> None:
+    """On hosts of several ranks the per-layer policy takes the cheaper of the flat and the
+    two-level call (as the call's auto hierarchy does): 8 bits with its codec time costs
+    less two-level (1/L of the coding, the payload once over each uplink); one host, or one
+    rank per host, leaves the flat price; PowerSGD stays flat."""
+    import numpy as np
+
+    import compressors
+    from collectives.compressed import feasible
+    from collectives.policy import Layer, plan
+
+    int8 = feasible(compressors.get("uniform:bits=8"))
+
+    n = 4 * MB
+    layer = Layer("fc.weight", n, (2048, 2048), "linear")
+    col = np.array([0.0, 0.0, 0.02, 0.01, float(n), float(n)])  # 8 bits: n bytes
+    hosts = CostParams.of_hosts(INTRA, NIC, G, (2, 2))
+    flat = min(pricing.predict_scheme(s, 4, n, 4, n, hosts, 0.02 / (4 * n), 0.01 / (4 * n), n)
+               for s in int8)
+    priced = plan.price(4, layer, "uniform:bits=8", col, hosts)
+    assert priced < 0.8 * flat
+    assert math.isclose(priced, min(sum(pricing.two_level_costs(
+        s, 4, n, 4, n, hosts, 0.02 / (4 * n), 0.01 / (4 * n), n))
+        for s in int8))
+    for layout in ((4,), (1, 1, 1, 1)):
+        c = CostParams.of_hosts(INTRA, NIC, G, layout)
+        assert plan.price(4, layer, "uniform:bits=8", col, c) == min(
+            pricing.predict_scheme(s, 4, n, 4, n, c, 0.02 / (4 * n), 0.01 / (4 * n), n)
+            for s in int8)
+    low_rank = np.array([0.0, 0.0, 0.01, 0.01, 8 * 2048 * 4.0, float(n)])
+    assert plan.price(4, layer, "powersgd:rank=4", low_rank, hosts) == min(
+        pricing.predict_scheme(s, 4, n, 4, 8 * 2048 * 4, hosts, 0.01 / (4 * n),
+                               0.01 / (4 * n), n)
+        for s in feasible(compressors.get("powersgd:rank=4")))

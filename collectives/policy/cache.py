@@ -96,6 +96,35 @@ def key(layout: list[list[Any]], world: int, link: str, candidates: tuple[str, .
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+#: The fit's flat link and reduction speed (required) and its link classes and hosts
+#: (optional: a fit on several hosts, ``costparams``).
+FIT_KEYS, FIT_CLASSES = ("alpha", "beta", "gamma"), ("intra", "cross")
+
+
+def _fit(fit: Any, world: int) -> dict[str, Any]:
+    """A saved fit, checked: alpha, beta and gamma in range; "intra"/"cross" each null or
+    [alpha, beta] in range; "hosts" a list of positive rank counts adding up to the world."""
+    if not (isinstance(fit, Mapping) and set(FIT_KEYS) <= set(fit)
+            and set(fit) <= {*FIT_KEYS, *FIT_CLASSES, "hosts"}):
+        raise ValueError("'fit' must give alpha, beta and gamma (and may give intra, cross "
+                         "and hosts)")
+    out: dict[str, Any] = {k: _in(fit[k], f"'fit.{k}'", 0.0, MAX_FIT) for k in FIT_KEYS}
+    for k in FIT_CLASSES:
+        link = fit.get(k)
+        if link is not None:
+            if not (isinstance(link, list) and len(link) == 2):
+                raise ValueError(f"'fit.{k}' must be null or [alpha, beta]")
+            out[k] = [_in(v, f"'fit.{k}'", 0.0, MAX_FIT) for v in link]
+    hosts = fit.get("hosts", [])
+    if not (isinstance(hosts, list) and len(hosts) <= world):
+        raise ValueError("'fit.hosts' must be a list of rank counts")
+    hosts = [integer(h, "'fit.hosts'") for h in hosts]
+    if hosts and (min(hosts) < 1 or sum(hosts) != world):
+        raise ValueError(f"'fit.hosts' must be positive rank counts adding up to {world}")
+    out["hosts"] = hosts
+    return out
+
+
 def _in(value: Any, what: str, low: float, high: float, *, above: bool = False) -> float:
     """``value`` as a float in [low, high] ((low, high] when ``above``); ValueError says why."""
     x = number(value, what)
@@ -166,9 +195,7 @@ def check(record: Any, want: str, world: int, cands: tuple[str, ...],
         rows[str(name)] = _row(name, row, cands, numel[name])
     fit = record.get("fit")
     if fit is not None:
-        if not (isinstance(fit, Mapping) and set(fit) == {"alpha", "beta", "gamma"}):
-            raise ValueError("'fit' must give alpha, beta and gamma")
-        fit = {k: _in(v, f"'fit.{k}'", 0.0, MAX_FIT) for k, v in fit.items()}
+        fit = _fit(fit, world)
     measured = record.get("measured")
     if measured is not None:
         if not isinstance(measured, Mapping):

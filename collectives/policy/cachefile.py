@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import costmodel
+from ..costparams import Link
 from . import cache, machine
 from .config import AutoConfig
 from .layout import Layout
@@ -55,7 +56,7 @@ class CacheFile(Part):
         if found is None or {row[1] for row in found.layout} != set(layout.place):
             found = self.locate(comm, layout)  # (a model that grew: its new layout)
         if found is not None and comm.rank == 0:
-            fit = None if fitted is None else dataclasses.asdict(fitted)
+            fit = None if fitted is None else saved_fit(fitted)
             cache.store(found, self.config.candidates, measurements, measured, fit)
 
     def speeds(self, comm: Any) -> dict[str, list[float]]:
@@ -68,3 +69,20 @@ class CacheFile(Part):
         """Add the codec speeds timed here to this machine's file (rank 0 writes)."""
         if self.config.cache and speeds and comm.rank == 0:
             machine.store(self.config.cache_dir, speeds)
+
+
+def saved_fit(c: costmodel.CostParams) -> dict[str, Any]:
+    """A fit as the cache keeps it: the flat link and gamma, the link classes ([alpha, beta]
+    or None) and the hosts it was fitted on."""
+    return {**dataclasses.asdict(c),
+            **{k: None if link is None else [link.alpha, link.beta]
+               for k, link in (("intra", c.intra), ("cross", c.cross))},
+            "hosts": list(c.hosts)}
+
+
+def loaded_fit(fit: Mapping[str, Any]) -> costmodel.CostParams:
+    """The inverse of :func:`saved_fit` (a fit saved before the link classes had only
+    alpha, beta and gamma)."""
+    links = {k: Link(*fit[k]) for k in ("intra", "cross") if fit.get(k) is not None}
+    return costmodel.CostParams(fit["alpha"], fit["beta"], fit["gamma"], **links,
+                                hosts=tuple(fit.get("hosts", ())))

@@ -20,6 +20,7 @@ import numpy as np
 from .. import costmodel
 from . import latency as latencies
 from . import plan
+from .cachefile import loaded_fit
 from .part import Part
 
 
@@ -96,4 +97,4 @@ class Costs(Part):
         if measured is not None:
             self.measured = measured
         if fit is not None:
-            self.fitted = costmodel.CostParams(**fit)
+            self.fitted = loaded_fit(fit)

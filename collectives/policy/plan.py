@@ -19,12 +19,25 @@ from .layers import Layer
 def price(p: int, layer: Layer, spec: str, col: np.ndarray, cost: costmodel.CostParams) -> float:
     """Predicted seconds to allreduce ``layer`` alone with ``spec``: the measured compress and
     decompress times (col[2], col[3]) plus the cost model's price of the payload (col[4]
-    bytes, col[5] kept elements), over the cheapest scheme the compressor can use."""
+    bytes, col[5] kept elements), over the cheapest scheme the compressor can use. On hosts
+    of several ranks (``cost.layout(p)``) the two-level call is priced too, and the cheaper
+    taken, as the call's ``hierarchy="auto"`` takes it: its bytes across hosts and the codec
+    work of the ranks that do it (1/L each), its full-precision traffic inside the host."""
     comp = compressors.get(spec)
     nbytes = 4 * max(layer.numel, 1)
     cs, ds = col[2] / nbytes, col[3] / nbytes
-    return min(pricing.predict_scheme(s, p, layer.numel, 4, int(col[4]), cost, cs, ds,
-                                      int(col[5])) for s in feasible(comp))
+    args = (p, layer.numel, 4, int(col[4]), cost, cs, ds, int(col[5]))
+    flat = min(pricing.predict_scheme(s, *args) for s in feasible(comp))
+    if not crosses_hosts(p, cost) or comp.capabilities.allreduce_steps:
+        return flat
+    return min(flat, min(sum(pricing.two_level_costs(s, *args)) for s in feasible(comp)))
+
+
+def crosses_hosts(p: int, cost: costmodel.CostParams) -> bool:
+    """Whether ``cost`` places ``p`` ranks on several hosts of the same size, several ranks
+    each (where a compressed call may run two-level)."""
+    sizes = cost.layout(p)
+    return len(sizes) > 1 and len(set(sizes)) == 1 and sizes[0] > 1
 
 
 def latency(p: int, spec: str, cost: costmodel.CostParams) -> float:
