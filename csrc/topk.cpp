@@ -25,18 +25,45 @@ using Index = int64_t;
 constexpr size_t kChunk = size_t(1) << 16;
 constexpr size_t kSample = size_t(1) << 16;
 
+// Appends to p the indices in [lo, hi) whose key is >= thr, ascending. Hits are a small
+// minority at the usual thresholds, so 16 keys are compared at once (branch-free) and only a
+// group with a hit is looked at element by element.
+void collect_range(const float* __restrict x, size_t lo, size_t hi, uint32_t thr,
+                   std::vector<Index>& p) {
+  size_t i = lo;
+#ifdef __AVX512F__
+  const __m512i thrv = _mm512_set1_epi32(int(thr)), absm = _mm512_set1_epi32(0x7fffffff);
+  constexpr size_t kAhead = 1024;  // a page ahead, as in keep_pass
+  for (; i + 16 <= hi; i += 16) {
+    if (i + kAhead < hi) __builtin_prefetch(x + i + kAhead);
+    const __m512i key = _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x + i)), absm);
+    for (uint32_t hit = _mm512_cmpge_epu32_mask(key, thrv); hit; hit &= hit - 1)
+      p.push_back(Index(i + size_t(__builtin_ctz(hit))));
+  }
+#endif
+  for (; i + 16 <= hi; i += 16) {
+    uint32_t any = 0;
+    for (size_t l = 0; l < 16; ++l) any |= uint32_t(abs_key(x[i + l]) >= thr);
+    if (!any) continue;
+    for (size_t l = 0; l < 16; ++l)
+      if (abs_key(x[i + l]) >= thr) p.push_back(Index(i + l));
+  }
+  for (; i < hi; ++i)
+    if (abs_key(x[i]) >= thr) p.push_back(Index(i));
+}
+
 // Indices of keys >= thr in ascending order; chunks are fixed-size so the output is identical
-// for any thread count.
-std::vector<Index> collect(const float* x, size_t n, uint32_t thr) {
+// for any thread count. ``share``: the fraction expected to pass (room is made for it up front).
+std::vector<Index> collect(const float* x, size_t n, uint32_t thr, double share = 0.0) {
   const size_t nc = (n + kChunk - 1) / kChunk;
   std::vector<std::vector<Index>> parts(nc);
+  const size_t room = size_t(share * 1.25 * double(kChunk)) + 64;
   int nt = num_threads();
 #pragma omp parallel for num_threads(nt) if (parallel_ok(nt, n)) schedule(static)
   for (ptrdiff_t c = 0; c < ptrdiff_t(nc); ++c) {
     const size_t lo = size_t(c) * kChunk, hi = std::min(n, lo + kChunk);
-    auto& p = parts[c];
-    for (size_t i = lo; i < hi; ++i)
-      if (abs_key(x[i]) >= thr) p.push_back(Index(i));
+    if (share > 0) parts[c].reserve(std::min(room, hi - lo));
+    collect_range(x, lo, hi, thr, parts[c]);
   }
   size_t total = 0;
   for (auto& p : parts) total += p.size();
@@ -106,20 +133,35 @@ uint32_t sample_threshold(const float* x, size_t n, size_t r, uint64_t seed) {
 }
 
 // Keep exactly k of the candidates (ascending indices): the largest keys, lower index on ties.
+// The k-th largest key alone is found (a histogram of the keys' high bits finds its bin, and
+// only that bin's keys are ordered); the keys above it all stay, and of the keys equal to it
+// the lowest indices, as many as are still needed (the candidates come in ascending index
+// order). The same selection as ordering (key, index) pairs, at a fraction of the cost.
 std::vector<Index> exact_cut(const float* x, std::vector<Index> cand, size_t k) {
   if (cand.size() <= k) return cand;
-  std::vector<std::pair<uint32_t, Index>> kv(cand.size());
-  for (size_t i = 0; i < cand.size(); ++i) kv[i] = {abs_key(x[cand[i]]), cand[i]};
-  auto before = [](const std::pair<uint32_t, Index>& a, const std::pair<uint32_t, Index>& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  std::nth_element(kv.begin(), kv.begin() + (k - 1), kv.end(), before);
-  const auto pivot = kv[k - 1];
+  std::vector<uint32_t> keys(cand.size());
+  for (size_t i = 0; i < cand.size(); ++i) keys[i] = abs_key(x[cand[i]]);
+  constexpr int kShift = 15;  // keys < 2^31: 2^16 bins of their high bits
+  std::vector<uint32_t> hist(size_t(1) << (31 - kShift), 0);
+  for (uint32_t key : keys) ++hist[key >> kShift];
+  size_t bin = hist.size(), higher = 0;  // keys in the bins above `bin`
+  while (higher + hist[bin - 1] < k) higher += hist[--bin];
+  --bin;
+  std::vector<uint32_t> in_bin;
+  in_bin.reserve(hist[bin]);
+  for (uint32_t key : keys)
+    if ((key >> kShift) == bin) in_bin.push_back(key);
+  const size_t rank = k - higher;  // the pivot is the rank-th largest key of its bin
+  std::nth_element(in_bin.begin(), in_bin.begin() + (rank - 1), in_bin.end(),
+                   std::greater<uint32_t>());
+  const uint32_t pivot = in_bin[rank - 1];
+  size_t above = 0;
+  for (uint32_t key : keys) above += key > pivot;
+  size_t ties = k - above;  // keys equal to the pivot that still go in, lowest index first
   std::vector<Index> out;
   out.reserve(k);
-  for (Index i : cand) {
-    uint32_t key = abs_key(x[i]);
-    if (key > pivot.first || (key == pivot.first && i <= pivot.second)) out.push_back(i);
+  for (size_t i = 0; i < cand.size(); ++i) {
+    if (keys[i] > pivot || (keys[i] == pivot && ties > 0 && ties--)) out.push_back(cand[i]);
   }
   return out;
 }
@@ -160,11 +202,14 @@ size_t exact_sample_rank(size_t n, size_t k, size_t s) {
 
 std::vector<Index> topk_exact(const float* x, size_t n, size_t k) {
   if (k == 0) return {};
-  // If the sample misses (fewer than k candidates), fall back to taking every element.
-  const size_t r = exact_sample_rank(n, k, std::min(n, kSample));
+  // If the sample misses (fewer than k candidates), fall back to taking every element. Any
+  // threshold gives the same result (only the work varies): strata read fastest.
+  const size_t se = std::min(n, kStrata);
+  const size_t r = exact_sample_rank(n, k, se);
   // Zeros are never candidates (key >= 1): they only make up a shortfall, in index order.
-  uint32_t thr = std::max<uint32_t>(1, r == 0 ? 0 : sample_threshold(x, n, r, kExactSeed));
-  std::vector<Index> cand = collect(x, n, thr);
+  uint32_t thr = std::max<uint32_t>(
+      1, r == 0 ? 0 : strata_threshold(ValuesOf{x}, n, se, r, kExactSeed));
+  std::vector<Index> cand = collect(x, n, thr, r == 0 ? 0.0 : double(r) / double(se));
   if (cand.size() < k && thr > 1) cand = collect(x, n, 1);
   if (cand.size() < k) return with_zeros(std::move(cand), n, k);
   return exact_cut(x, std::move(cand), k);
