@@ -61,6 +61,15 @@ def test_killed_rank_fails_the_job_instead_of_hanging() -> None:
     assert time.monotonic() - t0 < 40
 
 
+@pytest.mark.parametrize("mode", ["kill-two-level", "kill-two-level-compressed"])
+def test_a_rank_killed_on_one_host_ends_the_two_level_job_on_every_host(mode: str) -> None:
+    t0 = time.monotonic()
+    res = run("failures.py", 4, mode, timeout=90)
+    assert res.returncode != 0
+    assert "survived the loop" not in res.stdout
+    assert time.monotonic() - t0 < 60
+
+
 @pytest.mark.parametrize("np_", [1, 2, 3, 5, 8])
 def test_sparse_allreduce(np_: int) -> None:
     _passed(run("sparse.py", np_, timeout=200), "sparse allreduce")

@@ -1,6 +1,8 @@
-"""Failure modes: a rank that never arrives, a rank that raises, a rank killed mid-collective.
+"""Failure modes: a rank that never arrives, a rank that raises, a rank killed mid-collective
+(also mid two-level collective, on emulated hosts).
 
-Run: mpiexec -n P python tests/mpi/failures.py MODE  (MODE: timeout | raise | kill)
+Run: mpiexec -n P python tests/mpi/failures.py MODE  (MODE: timeout | raise | kill |
+kill-two-level | kill-two-level-compressed: on hosts of two ranks, P = 4)
 """
 
 from __future__ import annotations
@@ -53,6 +55,21 @@ elif mode == "kill":
         threading.Timer(0.05, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
     for _ in range(50):
         collectives.allreduce(x, algorithm="ring", timeout=20, validate=False)
+    print(f"rank {R}: survived the loop", flush=True)
+elif mode in ("kill-two-level", "kill-two-level-compressed"):
+    # Hosts of two ranks (COMPCOLL_HOST); the last rank is SIGKILLed in the middle of
+    # two-level allreduces: the ranks of its host and of the other host must all fail.
+    os.environ["COMPCOLL_HOST"] = f"failures/host{R // 2}"
+    x = np.ones(8 << 20, np.float32)
+    kw = (dict(compressor="uniform:bits=8", hierarchy="two_level")
+          if mode.endswith("compressed") else dict(algorithm="two_level"))
+    collectives.allreduce(np.ones(1 << 12, np.float32), **kw)  # topology, sub-communicators
+    if R == P - 1:
+        import threading
+
+        threading.Timer(0.05, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+    for _ in range(50):
+        collectives.allreduce(x, timeout=20, validate=False, **kw)
     print(f"rank {R}: survived the loop", flush=True)
 else:
     sys.exit(f"unknown mode {mode!r}")
