@@ -10,7 +10,7 @@ distinct tags have no such rule).
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from compressors.dtypes import BY_NAME
 from .algorithms import ring
 from .algorithms.common import Job, blocks_from_counts
 from .config import defaults
+from .interleave import AnyOf
 from .transport.base import Communicator, Request
 
 Exchange = Generator[list[Request], None, list[np.ndarray]]
@@ -70,6 +71,50 @@ def allgatherv(comm: Communicator, tag: int, data: np.ndarray,
         extra = yield from _ring_allgatherv(comm, tag, mine_late, [n or 0 for n in late])
         out = [x if n is None else e for x, e, n in zip(out, extra, late, strict=True)]
     return out
+
+
+def allgather_direct(comm: Communicator, tag: int, data: np.ndarray, sizes: list[int],
+                     arrived: Callable[[int, np.ndarray], None]) -> Generator[
+                         list[Request], None, None]:
+    """Every rank's ``data`` (raw bytes, ``sizes`` as in ``allgatherv``) straight from its
+    owner, each handed to ``arrived(rank, bytes)`` as soon as it is in (this rank's own first),
+    so the caller's work on one overlaps the others' transfer; no forwarding, so no step waits
+    on another's. A part of another size follows its marker on the same pair and tag."""
+    p, r = comm.size, comm.rank
+    mine = _bytes_of(data)
+    own = mine if mine.size == sizes[r] else _escape_block(sizes[r], mine.size)
+    waiting: dict[int, tuple[Request, np.ndarray]] = {}
+    sends = []
+    for s in range(1, p):  # pair with ranks at increasing distance, both directions at once
+        dst, src = (r + s) % p, (r - s) % p
+        if sizes[src]:
+            buf = np.empty(sizes[src], np.uint8)
+            waiting[src] = comm.irecv(buf, src, tag, f"allgather from rank {src}"), buf
+        if own.size:
+            sends.append(comm.isend(own, dst, tag, f"allgather to rank {dst}"))
+            if own is not mine and mine.size:
+                sends.append(comm.isend(mine, dst, tag, f"allgather to rank {dst}"))
+    arrived(r, mine)
+    for src in range(p):
+        if src != r and not sizes[src]:
+            arrived(src, np.empty(0, np.uint8))
+    while waiting:
+        done = [src for src, (req, _) in waiting.items() if req.test()]
+        if not done:
+            yield [AnyOf([req for req, _ in waiting.values()])]
+            continue
+        for src in done:
+            _, buf = waiting.pop(src)
+            late = _escaped(buf)
+            if late is None:
+                arrived(src, buf)
+            elif late == 0:
+                arrived(src, buf[:0])
+            else:  # the true part follows the marker
+                buf = np.empty(late, np.uint8)
+                waiting[src] = comm.irecv(buf, src, tag, f"allgather from rank {src}"), buf
+    if sends:
+        yield sends
 
 
 def _ring_allgatherv(comm: Communicator, tag: int, mine: np.ndarray,

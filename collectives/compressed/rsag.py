@@ -20,7 +20,7 @@ from .. import costmodel
 from ..algorithms.common import Steps, partition
 from ..config import defaults
 from ..costparams import CostParams
-from ..exchange import allgatherv, alltoallv
+from ..exchange import allgather_direct, allgatherv, alltoallv
 from ..interleave import concurrently
 from .common import Ctx, wire_sizes
 
@@ -92,10 +92,18 @@ def _segment(ctx: Ctx, x: Any, base: int, total: int, tag: int, label: str, owne
     summed, = ctx.compress_compensated(owned, f"{ctx.name}@owner", [(0, hi - lo)],
                                        [f"{ctx.name}{label}/sum{r}"], base=owner_base,
                                        total=owner_total)
-    pieces = yield from allgatherv(ctx.comm, tag, ctx.wire(summed),
-                                   wire_sizes(ctx.comp, shapes, summed.dtype))
-    for j, (data, (a, b)) in enumerate(zip(pieces, blocks, strict=True)):
+    sizes = wire_sizes(ctx.comp, shapes, summed.dtype)
+
+    def place(j: int, data: Any) -> None:
+        a, b = blocks[j]
         ctx.decode_bytes_into(data, ctx.out[base + a:base + b], summed if j == r else None)
+
+    if owner_total is not None and sizes is not None:  # a segment: decode each chunk on arrival
+        yield from allgather_direct(ctx.comm, tag, ctx.wire(summed), sizes, place)
+        return
+    pieces = yield from allgatherv(ctx.comm, tag, ctx.wire(summed), sizes)
+    for j, data in enumerate(pieces):
+        place(j, data)
 
 
 def price(load: costmodel.SchemeLoad, c: CostParams) -> tuple[float, float]:
