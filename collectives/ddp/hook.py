@@ -60,8 +60,8 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
     fast = fastpath.serves(comm) and (
         state.plain_algorithm() == comm.engine if warm else
         fastpath.spec_of(groups, state.feedback, state.group_algorithm() == comm.engine))
-    if fast in fastpath.HALF and state.crosses_hosts():
-        fast = None  # the engine's allreduce is flat: ours may reduce inside hosts first
+    if fast in fastpath.HALF and state.hierarchy == "two_level":
+        fast = None  # the engine's allreduce is flat: ours reduces inside hosts first
     if fast:
         spec = "none" if warm else fast
         if spec == "none":

@@ -27,10 +27,12 @@ class CompressionState:
     ``algorithm`` for compressed groups, ``plain``: the allreduce of uncompressed groups
     (None: the engine's own, "torch" or "mpi", as DDP itself uses, in warm-up steps and under
     a fixed policy; under an adaptive one, "auto" once compression is on, see
-    ``group_algorithm``), ``hierarchy``: how compressed groups cross hosts ("auto": two-level
-    on several hosts of the same size with more than one rank each, full precision inside
-    the host and the compressor only on what crosses hosts; "flat"; "two_level"; see
-    ``crosses_hosts``). Internal state: the step
+    ``group_algorithm``), ``hierarchy``: how compressed groups cross hosts ("auto": on several
+    hosts of the same size with more than one rank each, two-level where the cost model
+    prices it below the flat call, full precision inside the host and the compressor only on
+    what crosses hosts; "flat"; "two_level": always, 16-bit buckets included, which then
+    leave the fast path of the engine's flat allreduce; see ``crosses_hosts``). Internal
+    state: the step
     counter, error-feedback residuals, PowerSGD warm starts, the policy's decisions.
     Pickling leaves the process group, the communicator and the thread out.
     """
@@ -54,7 +56,6 @@ class CompressionState:
         self.timeout, self.scheme, self.algorithm, self.plain = timeout, scheme, algorithm, plain
         self.hierarchy = hierarchy
         self._two_level: bool | None = None  # decided at the first step (``crosses_hosts``)
-        self._levels: dict[tuple[str, int, int], bool] = {}  # ``sends_two_level``
         self.step = 0  # iterations begun, counted at each call for bucket 0
         self.current = 0  # the step the hooks of this iteration belong to
         self.version = 0  # bumped when the policy's decisions change
@@ -147,24 +148,6 @@ class CompressionState:
                 self._two_level = self.hierarchy == "two_level"
         return self._two_level
 
-    def sends_two_level(self, spec: str, numel: int, value_bytes: int) -> bool:
-        """Whether a group of ``spec`` and ``numel`` elements runs two-level: the compressed
-        call's own choice (``compressed.hierarchical.levels``; under "auto", where the cost
-        model prices it below the flat call). Then a 16-bit bucket leaves the fast path.
-        Collective on first use (the fit, the compressor's speed); remembered per group
-        size."""
-        if not self.crosses_hosts():
-            return False
-        key = (spec, numel, value_bytes)
-        if key not in self._levels:
-            from ..compressed import candidates, hierarchical
-
-            comp = self.compressor(spec)
-            self._levels[key] = hierarchical.levels(
-                self.communicator(), self.hierarchy, comp, self.timeout, numel, value_bytes,
-                self.scheme, candidates(comp)) is not None
-        return self._levels[key]
-
     def begin_step(self) -> None:
         """Called for bucket 0, when nothing is in flight: count, let the policy decide."""
         self.crosses_hosts()  # the topology's allgather, while no other message is in flight
@@ -244,12 +227,11 @@ class CompressionState:
         self._worker.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        skip = ("process_group", "comm_arg", "_comm", "_worker", "_two_level", "_levels")
+        skip = ("process_group", "comm_arg", "_comm", "_worker", "_two_level")
         return {k: (None if k in skip else v) for k, v in self.__dict__.items()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._levels = {}
         self._worker = Worker()
 
     def state_dict(self) -> dict[str, Any]:

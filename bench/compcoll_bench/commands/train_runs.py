@@ -109,9 +109,9 @@ def _auto(args: Any) -> Any:
 RUNS["auto"] = _ours(_auto)
 # The same policy with every rank a peer on one flat link (no reduction inside hosts first).
 RUNS["auto-flat"] = _ours(_auto, hierarchy="flat")
-# Our fp16: on several hosts of several ranks, full precision inside the host and 16 bits
-# across hosts (two-level); elsewhere PyTorch's fp16 hook, bit for bit.
-RUNS["fp16-ours"] = _ours(lambda args: "fp16")
+# Our fp16 two-level: on several hosts of several ranks, full precision inside the host and
+# 16 bits across hosts; elsewhere PyTorch's fp16 hook, bit for bit.
+RUNS["fp16-ours"] = _ours(lambda args: "fp16", hierarchy="two_level")
 # The same policy again, in the same process: it reads what ``auto`` measured from the cache
 # and decides at its first step (run it after ``auto``).
 RUNS["auto-rerun"] = _ours(_auto)
