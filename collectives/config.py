@@ -107,7 +107,7 @@ class Defaults:
     segment_bytes: pipeline segment of the ring and tree algorithms, at least 1
     (``COMPCOLL_SEGMENT_BYTES``, 1 MiB).
     compressed_segment_bytes: the smallest segment (input bytes) of a pipelined compressed
-    allreduce; a call is cut into up to ``rsag.MAX_SEGMENTS`` (4) segments of at least this
+    allreduce; a call is cut into up to ``rsag.MAX_SEGMENTS`` (8) segments of at least this
     size, which overlap one's encoding and decoding with the others' messages; 0 turns it off
     (``COMPCOLL_COMPRESSED_SEGMENT_BYTES``, 4 MiB).
     tune: look for a saved crossover table (``compcoll tune``) on a communicator's first
