@@ -31,8 +31,7 @@ class CompressionState:
     hosts of the same size with more than one rank each, two-level where the cost model
     prices it below the flat call, full precision inside the host and the compressor only on
     what crosses hosts; "flat"; "two_level": always, 16-bit buckets included, which then
-    leave the fast path of the engine's flat allreduce; see ``crosses_hosts``). Internal
-    state: the step
+    leave the fast path of the engine's flat allreduce). Internal state: the step
     counter, error-feedback residuals, PowerSGD warm starts, the policy's decisions.
     Pickling leaves the process group, the communicator and the thread out.
     """
@@ -55,7 +54,6 @@ class CompressionState:
         self.error_feedback, self.start_step = error_feedback, start_step
         self.timeout, self.scheme, self.algorithm, self.plain = timeout, scheme, algorithm, plain
         self.hierarchy = hierarchy
-        self._two_level: bool | None = None  # decided at the first step (``crosses_hosts``)
         self.step = 0  # iterations begun, counted at each call for bucket 0
         self.current = 0  # the step the hooks of this iteration belong to
         self.version = 0  # bumped when the policy's decisions change
@@ -132,25 +130,8 @@ class CompressionState:
             lay = self._layers[name] = layer_of(name, param)
         return lay
 
-    def crosses_hosts(self) -> bool:
-        """Whether compressed groups may run two-level (``hierarchy``; "auto": several hosts
-        of the same size, several ranks each). The two-level call sends the payload only
-        across hosts, L times fewer bytes over each host's uplink than a flat ring.
-        Decided at the first step (``begin_step``, collective there: the topology)."""
-        if self._two_level is None:
-            if self.hierarchy == "auto":
-                from ..topology import topology
-
-                comm = self.communicator()
-                topo = topology(comm, timeout=self.timeout)
-                self._two_level = 1 < topo.n_hosts < comm.size and topo.uniform
-            else:
-                self._two_level = self.hierarchy == "two_level"
-        return self._two_level
-
     def begin_step(self) -> None:
         """Called for bucket 0, when nothing is in flight: count, let the policy decide."""
-        self.crosses_hosts()  # the topology's allgather, while no other message is in flight
         self.current, self.step = self.step, self.step + 1
         if self.policy.adaptive and self.current >= self.start_step and \
                 self.policy.update(self.communicator(), self.current,
@@ -227,7 +208,7 @@ class CompressionState:
         self._worker.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        skip = ("process_group", "comm_arg", "_comm", "_worker", "_two_level")
+        skip = ("process_group", "comm_arg", "_comm", "_worker")
         return {k: (None if k in skip else v) for k, v in self.__dict__.items()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
