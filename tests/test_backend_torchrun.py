@@ -30,7 +30,8 @@ def test_gloo_collectives_averages_and_shared_random_compressors_on_the_backend(
 def test_a_peer_dying_mid_allreduce_fails_every_survivors_call() -> None:
     res = torchrun("dead_peer.py", 3, "allreduce", timeout=180)
     survivors_passed(res, "torchrun dead peer allreduce", 2)
-    assert len(re.findall(r"^rank [01] raised ", res.stdout, re.M)) == 2, res.stdout[-6000:]
+    # (forwarded lines of the two survivors may interleave: count, not lines)
+    assert len(re.findall(r"rank [01] raised ", res.stdout)) == 2, res.stdout[-6000:]
 
 
 def test_settings_that_differ_between_ranks_are_refused_on_every_rank() -> None:
