@@ -7,6 +7,14 @@ value; codes are packed little-endian inside each byte. Stochastic rounding (def
 up with probability equal to the fractional part, so the decoded value is unbiased; nearest
 rounding halves the worst-case error but is biased.
 
+Zero is exact: at 4 and 8 bits a bucket whose range spans zero gets a grid shifted to hold
+zero as one of its points, at one level fewer (14 or 254 steps over the range instead of 15
+or 255; a value may then round to a point up to one step past the range). An exact zero, the
+gradient of a dead unit or of an embedding row no sample used, is sent as 0, not as rounding
+noise that an Adam-type optimizer would divide by a second moment near zero and turn into a
+full step; under error feedback its residual stays 0. 1 and 2 bits keep the min-max grid,
+where a level is too dear to give up.
+
 Non-finite values: buckets take their min/max over finite values only, the NaN/Inf entries are
 coded as 0 and sent exactly in a side list (``nf_idx``, ``nf_val``) that is empty for finite
 input. Constant buckets (all-zero included) have step 0 and decode exactly.

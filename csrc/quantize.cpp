@@ -40,12 +40,42 @@ uint32_t finite_range(const float* __restrict x, size_t len, float& mn, float& m
   return bad;
 }
 
+// A bucket's grid: its first value (mn), step and the step's inverse, and the code that
+// decodes to exactly zero (zc; -1 where zero is not inside the grid). Where the range spans
+// zero (4 bits and up), the grid is shifted so that zero is one of its points, at one level
+// fewer: an exact zero (a dead unit's gradient, an embedding row no sample used) is sent as
+// zero, not as rounding noise that an Adam-type optimizer would turn into a full-size step.
+// With contractions off, mn + zc * step is -(zc * step) + (zc * step): exactly 0.
+struct Grid {
+  float mn, scale, inv;
+  int32_t zc;
+};
+
+inline Grid bucket_grid(float mn, float mx, int32_t top) {
+  // The step is computed in double so a range near FLT_MAX does not overflow before dividing.
+  Grid g{mn, float((double(mx) - double(mn)) / double(top)), 0.0f, mn == 0.0f ? 0 : -1};
+  if (mn < 0.0f && mx >= 0.0f && top >= 15) {
+    const double step = mx == 0.0f ? -double(mn) / top : (double(mx) - double(mn)) / (top - 1);
+    const float scale = float(step);
+    const int32_t k = mx == 0.0f ? top
+                                 : std::min(std::max(int32_t(std::ceil(-double(mn) / step)), 1),
+                                            top - 1);
+    const float kscale = float(k) * scale;
+    if (std::isfinite(kscale) && scale > 0.0f) g = Grid{-kscale, scale, 0.0f, k};
+  }
+  g.inv = g.scale > 0.0f ? 1.0f / g.scale : 0.0f;
+  if (g.inv > FLT_MAX) g.inv = FLT_MAX;  // a subnormal step: keep (x - min) * inv finite
+  return g;
+}
+
 // One code per value, written as a byte into q: floor((x - mn) * inv) rounded up with probability
-// equal to the fractional part (stochastic) or at >= 0.5 (nearest); non-finite values get 0.
+// equal to the fractional part (stochastic) or at >= 0.5 (nearest); non-finite values get 0,
+// and zeros the grid's zero code zc (when it has one, zc >= 0) whatever the rounding.
 template <int BITS, bool STOCHASTIC>
 void bucket_codes(const float* __restrict x, int m, uint64_t first, float mn, float inv,
-                  uint64_t seed, uint8_t* __restrict q) {
+                  int32_t zc, uint64_t seed, uint8_t* __restrict q) {
   const int32_t top = (1 << BITS) - 1;
+  const int32_t zon = -int32_t(zc >= 0), zcode = std::max(zc, 0);
   const int32_t top_b = float_to_ibits(float(top));
   const RngStream rng = rng_stream(seed, first);
   const uint32_t step = rng.mul;
@@ -68,22 +98,24 @@ void bucket_codes(const float* __restrict x, int m, uint64_t first, float mn, fl
     } else {
       up = frac >= float_to_ibits(0.5f);
     }
-    const int32_t fin = (float_to_ibits(xv) & 0x7f800000) != 0x7f800000;
-    q[j] = uint8_t(std::min(fi + up, top) & -fin);
+    const int32_t xb = float_to_ibits(xv);
+    const int32_t fin = (xb & 0x7f800000) != 0x7f800000;
+    const int32_t zero = -int32_t((xb & 0x7fffffff) == 0) & zon;  // +-0 on a grid with 0
+    q[j] = uint8_t(((std::min(fi + up, top) & -fin) & ~zero) | (zcode & zero));
   }
 }
 
 template <int BITS, bool STOCHASTIC>
-void quantize_bucket(const float* x, size_t len, uint64_t base, float mn, float inv,
-                     uint64_t seed, uint8_t* out) {
+void quantize_bucket(const float* x, size_t len, uint64_t base, const Grid& g, uint64_t seed,
+                     uint8_t* out) {
   alignas(64) uint8_t q[kTile];
   for (size_t t = 0; t < len;) {
     // Tiles stop at 2^32 index boundaries so the RNG's high word is fixed in each.
     const size_t m = rng_run(base + t, std::min(kTile, len - t));
     if constexpr (BITS == 8) {
-      bucket_codes<8, STOCHASTIC>(x + t, int(m), base + t, mn, inv, seed, out + t);
+      bucket_codes<8, STOCHASTIC>(x + t, int(m), base + t, g.mn, g.inv, g.zc, seed, out + t);
     } else {
-      bucket_codes<BITS, STOCHASTIC>(x + t, int(m), base + t, mn, inv, seed, q);
+      bucket_codes<BITS, STOCHASTIC>(x + t, int(m), base + t, g.mn, g.inv, g.zc, seed, q);
       std::memset(q + m, 0, (8 - m % 8) % 8);
       pack_codes<BITS>(q, m, out + t * BITS / 8);
     }
@@ -98,16 +130,13 @@ int64_t quantize_all(const float* x, size_t n, size_t bucket, uint64_t seed, boo
     float mn, mx;
     // Range and codes in one visit of the bucket: the second pass reads it from L1.
     const uint32_t bad = finite_range(x + lo, len, mn, mx);
-    // The step is computed in double so a range near FLT_MAX does not overflow before dividing.
-    const float scale = float((double(mx) - double(mn)) / double((1 << BITS) - 1));
-    float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-    if (inv > FLT_MAX) inv = FLT_MAX;  // a subnormal step: keep (x - min) * inv finite
-    mins[b] = mn;
-    scales[b] = scale;
+    const Grid g = bucket_grid(mn, mx, (1 << BITS) - 1);
+    mins[b] = g.mn;
+    scales[b] = g.scale;
     uint8_t* out = codes + lo * BITS / 8;
     prefetch_next_bucket(x, n, lo + len, len);
-    if (stochastic) quantize_bucket<BITS, true>(x + lo, len, lo, mn, inv, seed, out);
-    else quantize_bucket<BITS, false>(x + lo, len, lo, mn, inv, seed, out);
+    if (stochastic) quantize_bucket<BITS, true>(x + lo, len, lo, g, seed, out);
+    else quantize_bucket<BITS, false>(x + lo, len, lo, g, seed, out);
     return bad;
   });
 }
@@ -132,16 +161,15 @@ int64_t quantize_feedback_all(const float* x, const float* res, float* res_out, 
     for (size_t i = 0; i < len; ++i) c[i] = xb[i] + rb[i];
     float mn, mx;
     const uint32_t bad = finite_range(c, len, mn, mx);
-    const float scale = float((double(mx) - double(mn)) / double((1 << BITS) - 1));
-    float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-    if (inv > FLT_MAX) inv = FLT_MAX;
-    mins[b] = mn;
+    const Grid g = bucket_grid(mn, mx, (1 << BITS) - 1);
+    const float gmn = g.mn, scale = g.scale;
+    mins[b] = gmn;
     scales[b] = scale;
     uint8_t* out = codes + lo * BITS / 8;
     prefetch_next_bucket(x, n, lo + len, len);
     prefetch_next_bucket(res, n, lo + len, len);
-    if (stochastic) quantize_bucket<BITS, true>(c, len, lo, mn, inv, seed, out);
-    else quantize_bucket<BITS, false>(c, len, lo, mn, inv, seed, out);
+    if (stochastic) quantize_bucket<BITS, true>(c, len, lo, g, seed, out);
+    else quantize_bucket<BITS, false>(c, len, lo, g, seed, out);
     float* __restrict ob = res_out + lo;
     alignas(64) uint8_t q[kTile];
     for (size_t t = 0; t < len; t += kTile) {
@@ -155,7 +183,7 @@ int64_t quantize_feedback_all(const float* x, const float* res, float* res_out, 
         // Computed for every lane and selected on the bits: a subtraction under the condition
         // would be control flow that -ftrapping-math keeps from vectorizing.
         const int32_t keep = -int32_t((cb & 0x7f800000) != 0x7f800000);  // finite: all ones
-        const int32_t db = float_to_ibits(ci - (mn + float(q[i]) * scale));
+        const int32_t db = float_to_ibits(ci - (gmn + float(q[i]) * scale));
         ob[t + i] = ibits_to_float((db & keep) | (cb & ~keep));
       }
     }

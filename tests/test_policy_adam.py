@@ -87,21 +87,47 @@ def test_a_layer_without_gradient_statistics_sends_16_bits() -> None:
 
 
 def test_a_compressor_that_sends_where_adams_v_is_zero_is_ruled_out() -> None:
-    """Rows of an embedding table no token touched have v = 0: a min-max quantizer's bucket
-    around a touched row sends them something, a step Adam would take at full size out of
-    nothing. Top-k sends only what error feedback holds, never there."""
+    """Rows of an embedding table no token touched have v = 0: a 2-bit min-max quantizer's
+    bucket around a touched row sends them rounding noise, a step Adam would take at full size
+    out of nothing. 4 bits send those zeros exactly (a grid holding zero), and top-k sends
+    only what error feedback holds, never there."""
     def sparse_rows(step: int) -> np.ndarray:
         g = np.zeros(LAYER.shape, np.float32)
         g[::8] = np.random.default_rng(step).standard_normal((32, 256))
         return g
 
-    cols = errors(sparse_rows, ("none", "fp16", INT4, TOPK))
-    assert cols[2, col.UNBOUNDED] > 0 and cols[3, col.UNBOUNDED] == 0
-    assert cols[0, col.UNBOUNDED] == 0 and cols[1, col.UNBOUNDED] == 0
-    crit = criterion.measure("adam", ("none", "fp16", INT4, TOPK),
-                             np.concatenate([[1.0], cols.reshape(-1)])[None])
-    assert crit.unbounded[0].tolist() == [False, False, True, False]
+    int2 = canonical("uniform:bits=2")
+    cands = ("none", "fp16", int2, INT4, TOPK)
+    cols = errors(sparse_rows, cands)
+    assert cols[2, col.UNBOUNDED] > 0
+    assert cols[0, col.UNBOUNDED] == cols[1, col.UNBOUNDED] == 0
+    assert cols[3, col.UNBOUNDED] == cols[4, col.UNBOUNDED] == 0
+    crit = criterion.measure("adam", cands, np.concatenate([[1.0], cols.reshape(-1)])[None])
+    assert crit.unbounded[0].tolist() == [False, False, True, False, False]
     assert crit.blocked[0] == "it sends where Adam's second moment is zero"
+    assert crit.rel[0][3] < 0.5  # 4 bits: bounded, and rounding error on the touched rows
+
+
+def test_noise_enters_adams_second_moment() -> None:
+    """Adam divides what it receives by the root of that's second moment: a coordinate whose
+    gradient drowns in a compressor's noise moves about one learning rate at random, an error
+    of at most about its own step, not the noise over the gradient's tiny root."""
+    m = Moments()
+    g = np.full(1000, 1e-6)
+    g[0] = 1.0
+    for step in range(5):
+        m.add("k", g, step)
+    noisy = g.copy()
+    noisy[1:] += 1e-2  # noise 10^4 times the small coordinates' gradient
+    err, sq, _, unbounded = m.measure("k", noisy, np.zeros_like(g))
+    assert not unbounded
+    # each small coordinate: about +1 sent against its own step of about +1
+    assert err / sq < 0.01
+    noisy[1:] = g[1:] - 1e-2  # noise of the other sign: about -1 against +1, each
+    err, sq, _, _ = m.measure("k", noisy, np.zeros_like(g))
+    # (each small coordinate's own step is 1e-6 / (1e-6 + Adam's eps 1e-8), about 0.99)
+    np.testing.assert_allclose(err, 999 * 1.99 ** 2, rtol=0.01)
+    np.testing.assert_allclose(sq, 1 + 999 * 0.99 ** 2, rtol=0.01)
 
 
 def test_moments_are_adams_bias_corrected_second_moment() -> None:

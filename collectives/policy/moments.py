@@ -8,11 +8,19 @@ keeping the few large coordinates) can be large in the step the optimizer takes.
 profiler keeps v per sampled coordinate, as Adam does (an exponential mean with
 beta2 = 0.999, bias-corrected: over a few profiled steps, the mean of g^2), and measures
 
-    error    = ||(g_sent - g) / d|| / ||g / d||,   d = sqrt(v) + eps (Adam's eps, 1e-8)
+    error    = ||g_sent / d_sent - g / d|| / ||g / d||
     residual = ||r / d||^2 / ||g / d||^2           (error feedback's residual r)
 
+    d = sqrt(v) + eps (Adam's eps, 1e-8),   d_sent = sqrt(v + (g_sent - g)^2) + eps
+
 with g_sent what the candidate sends (its error feedback included) and g the gradient, at the
-layer's last probe step, with v over all of them: the first steps' v, one or two squares, is
+layer's last probe step. Adam divides what it receives by the second moment of what it
+receives: a compressor's noise enters v too (``d_sent``: its square, this step's estimate of
+its mean), so a coordinate whose gradient drowns in that noise moves by about the learning
+rate at random, not by noise over the gradient's own small root. That is still an error of
+the whole step's size on that coordinate, and a compressor that drowns many coordinates
+(8 bits where a bucket's range dwarfs most of its values, top-k's zeros) is still ruled out.
+v is over all the probe steps: the first steps' v, one or two squares, is
 near zero wherever a gradient happened to be, which Adam's v over many steps is not (so
 ``probe_steps`` of 5 or more measure this well). A coordinate whose v is zero (no gradient
 seen there) where the candidate sends something is a step Adam would take at full size out of
@@ -36,9 +44,10 @@ class Moments:
         self.v: dict[str, np.ndarray] = {}  # the exponential mean of g^2 (not corrected)
         self.t: dict[str, int] = {}  # gradients folded in
         self.last: dict[str, int] = {}  # the step of the last one
-        #: This step's preconditioner, g in its space, their squared norm and where v is
-        #: zero, by key (None: a non-finite step, measured as nothing).
-        self.now: dict[str, tuple[np.ndarray, np.ndarray, float, np.ndarray] | None] = {}
+        #: This step's gradient, the root of v, g in Adam's space, its squared norm and
+        #: where v is zero, by key (None: a non-finite step, measured as nothing).
+        self.now: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, float, np.ndarray]
+                       | None] = {}
 
     @staticmethod
     def key(name: str, g: np.ndarray) -> str:
@@ -62,7 +71,7 @@ class Moments:
         root = np.sqrt(v / (1 - BETA2 ** self.t[key]))
         d = root + EPS
         scaled = g64 / d
-        self.now[key] = d, scaled, float(np.square(scaled).sum()), root == 0
+        self.now[key] = g64, root, scaled, float(np.square(scaled).sum()), root == 0
 
     def scale(self, key: str) -> np.ndarray | None:
         """sqrt of the bias-corrected v (None before any gradient)."""
@@ -78,10 +87,13 @@ class Moments:
         now = self.now.get(key)
         if now is None:
             return 0.0, 0.0, 0.0, False
-        d, scaled, sq, zero = now
+        g64, root, scaled, sq, zero = now
         s64 = np.asarray(sent, np.float64).reshape(-1)
-        err = float(np.square(s64 / d - scaled).sum())
-        res = float(np.square(np.asarray(residual, np.float64).reshape(-1) / d).sum())
+        with np.errstate(over="ignore", invalid="ignore"):
+            d_sent = np.sqrt(np.square(root) + np.square(s64 - g64)) + EPS
+            err = float(np.square(s64 / d_sent - scaled).sum())
+            res = float(np.square(np.asarray(residual, np.float64).reshape(-1)
+                                  / (root + EPS)).sum())
         if not (np.isfinite(err) and np.isfinite(res)):
             return 0.0, 0.0, 0.0, False
         unbounded = bool(zero.any() and (s64[zero] != 0).any())

@@ -54,7 +54,18 @@ extern "C" __global__ void compcoll_quantize(const float* __restrict__ x, long l
   mx = smax[0];
   if (mn > mx) mn = mx = 0.0f;
   const int top = (1 << bits) - 1;
-  const float scale = float((double(mx) - double(mn)) / double(top));
+  // The host kernel's grid (csrc/quantize.cpp, bucket_grid): where the range spans zero
+  // (4 bits and up), shifted at one level fewer so that code zc decodes to exactly zero.
+  float scale = float((double(mx) - double(mn)) / double(top));
+  int zc = mn == 0.0f ? 0 : -1;
+  if (mn < 0.0f && mx >= 0.0f && top >= 15) {
+    const double step = mx == 0.0f ? -double(mn) / top : (double(mx) - double(mn)) / (top - 1);
+    const float s = float(step);
+    int k = top;
+    if (mx != 0.0f) k = min(max(int(ceil(-double(mn) / step)), 1), top - 1);
+    const float kscale = __fmul_rn(float(k), s);
+    if (isfinite(kscale) && s > 0.0f) { mn = -kscale; scale = s; zc = k; }
+  }
   float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
   if (inv > 3.402823466e38f) inv = 3.402823466e38f;
   if (threadIdx.x == 0) { mins[blockIdx.x] = mn; scales[blockIdx.x] = scale; }
@@ -70,7 +81,7 @@ extern "C" __global__ void compcoll_quantize(const float* __restrict__ x, long l
       const float f = truncf(v);
       const float frac = __fsub_rn(v, f);
       const int up = stochastic ? (counter_uniform(seed, (uint64_t)i) < frac) : (frac >= 0.5f);
-      const int c = finite_bits(xv) ? min(int(f) + up, top) : 0;
+      const int c = !finite_bits(xv) ? 0 : (xv == 0.0f && zc >= 0) ? zc : min(int(f) + up, top);
       byte |= unsigned(c) << (s * bits);
     }
     codes[lo / per + b] = (unsigned char)byte;

@@ -36,6 +36,22 @@ def pack(codes: np.ndarray, bits: int) -> np.ndarray:
     return (c.reshape(-1, per) << shifts).sum(axis=1, dtype=np.uint8)
 
 
+def grid(mn: np.float32, mx: np.float32, top: int) -> tuple[np.float32, np.float32, int]:
+    """A bucket's first value, step and zero code (-1: none): where its range spans zero
+    (4 bits and up), one level fewer and shifted so that zero is a grid point."""
+    scale = np.float32((np.float64(mx) - np.float64(mn)) / top)
+    out = (np.float32(mn), scale, 0 if mn == 0 else -1)
+    if mn < 0 <= mx and top >= 15:
+        step = -np.float64(mn) / top if mx == 0 else (np.float64(mx) - np.float64(mn)) / (top - 1)
+        scale = np.float32(step)
+        k = top if mx == 0 else min(max(int(np.ceil(-np.float64(mn) / step)), 1), top - 1)
+        with np.errstate(over="ignore"):
+            kscale = np.float32(k) * scale
+        if np.isfinite(kscale) and scale > 0:
+            out = (-kscale, scale, k)
+    return out
+
+
 def quantize(x: np.ndarray, bits: int, bucket: int, seed: int, stochastic: bool):
     n = x.size
     top = np.float32(2**bits - 1)
@@ -48,7 +64,7 @@ def quantize(x: np.ndarray, bits: int, bucket: int, seed: int, stochastic: bool)
         fin = np.isfinite(xb)
         mn = xb[fin].min() if fin.any() else np.float32(0)
         mx = xb[fin].max() if fin.any() else np.float32(0)
-        scale = np.float32((np.float64(mx) - np.float64(mn)) / (2**bits - 1))
+        mn, scale, zc = grid(mn, mx, 2**bits - 1)
         with np.errstate(over="ignore"):
             inv = np.float32(1) / scale if scale > 0 else np.float32(0)
         inv = min(inv, np.float32(np.finfo(np.float32).max))
@@ -63,6 +79,8 @@ def quantize(x: np.ndarray, bits: int, bucket: int, seed: int, stochastic: bool)
                 up = (v - f >= np.float32(0.5)).astype(np.float32)
             c = np.clip(f + up, 0, top)
         c[~fin] = 0
+        if zc >= 0:
+            c[xb == 0] = zc
         codes[b * bucket:b * bucket + xb.size] = c.astype(np.uint8)
         mins[b], scales[b] = mn, scale
     return pack(codes, bits), mins, scales

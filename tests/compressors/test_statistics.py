@@ -34,8 +34,37 @@ def test_uniform_error_within_one_step():
     c = compressors.get("uniform", bits=4, bucket_size=128, stochastic=False)
     x = gaussian(4096, seed=1)
     y = c.decompress(c.compress(x, name="e", step=0))
-    steps = np.ptp(x.reshape(-1, 128), axis=1) / 15
+    # every bucket spans zero: 14 steps over its range, shifted so that zero is a grid point
+    assert np.all((x.reshape(-1, 128).min(axis=1) < 0) & (x.reshape(-1, 128).max(axis=1) > 0))
+    steps = np.ptp(x.reshape(-1, 128), axis=1) / 14
     assert np.all(np.abs(y - x).reshape(-1, 128) <= steps[:, None] / 2 + 1e-6)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("stochastic", [True, False])
+def test_uniform_sends_exact_zeros_as_zero(bits, stochastic):
+    # A dead unit's gradient, or an embedding row no sample used, is exactly zero inside a
+    # bucket of other values: it arrives as zero (not as rounding noise an Adam-type
+    # optimizer would turn into a full step), with error feedback too (its residual stays 0).
+    rng = np.random.default_rng(bits)
+    x = rng.standard_normal(64 * 129).astype(np.float32)
+    x[rng.random(x.size) < 0.3] = 0.0
+    x[64:128] = -np.abs(x[64:128])  # a bucket whose largest value is 0
+    x[128:192] = np.abs(x[128:192])  # one whose smallest is 0
+    x[192:256] = 0.0
+    zero = x == 0
+    spec = dict(bits=bits, bucket_size=64, stochastic=stochastic)
+    for step in range(3):
+        y = compressors.get("uniform", **spec).decompress(
+            compressors.get("uniform", **spec).compress(x, name="z", step=step))
+        assert np.all(y[zero] == 0)
+    comp = compressors.get("uniform", **spec)
+    fb, residual = compressors.ErrorFeedback(comp), np.zeros(x.size, np.float32)
+    for step in range(3):
+        y = comp.decompress(fb.step(x, "z", step))
+        assert np.all(y[zero] == 0) and np.all(fb.residuals["z"].reshape(-1)[zero] == 0)
+        fused = comp.decompress(comp.compress_feedback(x, residual, name="z", step=step))
+        assert np.all(fused[zero] == 0) and np.all(residual[zero] == 0)
 
 
 def test_topk_keeps_largest():
@@ -58,7 +87,11 @@ def test_property_uniform_decodes_within_bucket_range(x, bits):
         xb, yb = x[b:b + 16], y[b:b + 16]
         lo, hi = xb.min(), xb.max()
         tol = 1e-6 * max(abs(lo), abs(hi), 1.0)
-        assert np.all(yb >= lo - tol) and np.all(yb <= hi + tol)
+        # 4 bits and up, a range across zero is a grid shifted to hold zero, at one level
+        # fewer: a value rounds to at most one step past the range
+        shifted = bits >= 4 and lo < 0 <= hi
+        step = (float(hi) - float(lo)) / (2**bits - 2) if shifted else 0.0
+        assert np.all(yb >= lo - step - tol) and np.all(yb <= hi + step + tol)
 
 
 @settings(derandomize=True, max_examples=60, deadline=None)
