@@ -59,9 +59,11 @@ def dense_oracle(a: str, p: int, nbytes: float, c: costmodel.CostParams,
             return dense_oracle("ring", p, nbytes, c, segment)
         if len(sizes) == p:
             return dense_oracle("ring", p, nbytes, across, segment)
-        if len(set(sizes)) == 1:
-            return (dense_oracle("ring", sizes[0], nbytes, inside, segment)
-                    + dense_oracle("ring", len(sizes), n / sizes[0], across, segment))
+        if len(set(sizes)) == 1:  # pipelined in k chunks: the host's steps under the crossing
+            k = int(max(1, min(8, n // (4 << 20))))
+            i = dense_oracle("ring", sizes[0], n / k, inside, segment)
+            x = dense_oracle("ring", len(sizes), n / sizes[0] / k, across, segment)
+            return i + x if k == 1 else i + 2 * max(x, i / 2) + (k - 2) * max(x, i)
         return (dense_oracle("tree", max(sizes), nbytes, inside, segment)
                 + dense_oracle("ring", len(sizes), n, across, segment))
     pof2 = 1 << (p.bit_length() - 1)

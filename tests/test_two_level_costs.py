@@ -68,11 +68,27 @@ def test_two_level_is_the_ring_inside_plus_the_ring_across_on_a_shard(hosts: int
     c = CostParams.of_hosts(INTRA, NIC, G, (local,) * hosts)
     p, n = hosts * local, 64 * MB
     b_cross = local * NIC.beta  # the L local ranks share the host's NIC
-    want = (2 * (local - 1) * INTRA.alpha + 2 * (local - 1) / local * n * INTRA.beta
-            + (local - 1) / local * n * G
-            + 2 * (hosts - 1) * NIC.alpha + 2 * (hosts - 1) / hosts * (n / local) * b_cross
-            + (hosts - 1) / hosts * (n / local) * G)
+
+    def inside(m: float) -> float:  # the host's ring reduce-scatter and allgather of m bytes
+        return (2 * (local - 1) * INTRA.alpha + 2 * (local - 1) / local * m * INTRA.beta
+                + (local - 1) / local * m * G)
+
+    def across(m: float) -> float:  # the ring across hosts on a shard of m bytes
+        return (2 * (hosts - 1) * NIC.alpha + 2 * (hosts - 1) / hosts * (m / local) * b_cross
+                + (hosts - 1) / hosts * (m / local) * G)
+
+    small = 4 * MB  # one chunk: the steps one after another
+    assert two_level.pieces(small) == 1
+    assert costmodel.predict("two_level", p, small, c, SEG) == pytest.approx(
+        inside(small) + across(small), rel=1e-12)
+    # 64 MB in 8 chunks: the first reduce-scatter and last allgather alone, each chunk's
+    # crossing alongside the host's steps on its neighbours
+    k = two_level.pieces(n)
+    assert k == two_level.PIECES == 8
+    i, x = inside(n / k), across(n / k)
+    want = i + 2 * max(x, i / 2) + (k - 2) * max(x, i)
     assert costmodel.predict("two_level", p, n, c, SEG) == pytest.approx(want, rel=1e-12)
+    assert want < inside(n) + across(n)
     # The flat ring pays the slowest hop, the NIC, on every step (one flow per uplink).
     flat = 2 * (p - 1) * NIC.alpha + 2 * (p - 1) / p * n * NIC.beta + (p - 1) / p * n * G
     assert costmodel.predict("ring", p, n, c, SEG) == pytest.approx(flat, rel=1e-12)
@@ -121,12 +137,19 @@ def test_auto_picks_two_level_across_a_slow_link_and_flat_where_links_are_alike(
     for n in (8, 4096, MB, 64 * MB):  # fewer latencies and fewer bytes across
         assert costmodel.predicted_best(8, n, slow) == "two_level", n
     alike = CostParams.of_hosts(NIC, NIC, G, (2, 2))  # a shared NIC as fast as inside
-    assert costmodel.predicted_best(4, 64 * MB, alike) != "two_level"
-    # At 2 x 2 the two-level call moves n + n bytes against the flat ring's 1.5 n: it wins
-    # once the NIC is more than twice as slow as the links inside the host.
+    assert costmodel.predicted_best(4, 4 * MB, alike) != "two_level"
+    # In one chunk (4 MB) at 2 x 2 the two-level call moves n + n bytes one after the other
+    # against the flat ring's 1.5 n: it wins once the NIC is more than twice as slow as the
+    # links inside the host.
     for ratio, wins in ((1.5, False), (3.0, True)):
         c = CostParams.of_hosts(Link(0.0, 1e-9), Link(0.0, ratio * 1e-9), 0.0, (2, 2))
-        assert (costmodel.predicted_best(4, 64 * MB, c) == "two_level") == wins, ratio
+        assert (costmodel.predicted_best(4, 4 * MB, c) == "two_level") == wins, ratio
+    # Pipelined (64 MB in 8 chunks, I and X a chunk's steps inside and across, X = ratio I)
+    # the host's steps hide under the crossing: at most 8 max(I, X) against the flat ring's
+    # 12 max(I, X) (it pays the slowest hop), whatever the ratio.
+    for ratio in (0.25, 1.0, 1.5):
+        c = CostParams.of_hosts(Link(0.0, 1e-9), Link(0.0, ratio * 1e-9), 0.0, (2, 2))
+        assert costmodel.predicted_best(4, 64 * MB, c) == "two_level", ratio
 
 
 def test_two_level_compressed_prices_only_the_crossing_bytes_on_the_cross_link() -> None:

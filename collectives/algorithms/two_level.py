@@ -9,6 +9,12 @@ algorithm named by ``CROSS``; a ring allgather inside the host puts the shards b
 Only n/L bytes per rank cross hosts, and the cross-host step pays 2(H-1) latencies instead
 of the flat ring's 2(p-1).
 
+A large vector is pipelined: cut into up to ``PIECES`` chunks of at least ``PIECE_BYTES``,
+each reduced as above, the cross-host step of chunk k runs while the host allgathers chunk
+k-1 and reduce-scatters chunk k+1, so the time inside the host hides under the network's
+but for the first reduce-scatter and the last allgather. Each communicator carries one
+stream of the call at a time, in the same order on every rank.
+
 Where hosts hold different numbers of ranks the shards would not line up across hosts, so the
 vector goes through the host's first rank instead: binomial reduce to it, allreduce among
 those leaders with ``CROSS``, binomial broadcast from it. On one host the algorithm is the
@@ -24,6 +30,7 @@ flight stay apart.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -32,7 +39,7 @@ import numpy as np
 from ..topology import host_comms, topology
 from ..transport.base import Communicator
 from . import ring, tree
-from .common import Job, Steps, partition
+from .common import Job, Steps, chained, partition, together
 from .registry import Algorithm, get
 
 if TYPE_CHECKING:
@@ -40,6 +47,14 @@ if TYPE_CHECKING:
 
 #: the flat algorithm (a registered name) of the cross-host step; "ring" by default
 CROSS = "ring"
+#: most chunks of a pipelined call, and the least bytes of one
+PIECES = 8
+PIECE_BYTES = 4 << 20
+
+
+def pieces(nbytes: float) -> int:
+    """Chunks a call of ``nbytes`` is pipelined in (1: not pipelined)."""
+    return int(max(1, min(PIECES, nbytes // PIECE_BYTES)))
 
 
 def cross_algorithm() -> Algorithm:
@@ -79,14 +94,28 @@ def allreduce(job: Job) -> Steps:
         yield from cross(job)
         return
     subs = host_comms(comm)
-    intra = _on(job, subs.intra, job.work)
     if topo.uniform:
-        blocks = partition(job.work.size, topo.local_size)
-        yield from ring.reduce_scatter(intra, blocks)
-        lo, hi = blocks[topo.local_rank]
-        yield from cross(_on(job, subs.cross, job.work[lo:hi]))
-        yield from ring.allgather(intra, blocks)
+        chunks = partition(job.work.size, pieces(job.work.nbytes))
+        local = [partition(hi - lo, topo.local_size) for lo, hi in chunks]
+
+        def inside(k: int, step: Callable[[Job, list[tuple[int, int]]], Steps]) -> Steps:
+            lo, hi = chunks[k]
+            return step(_on(job, subs.intra, job.work[lo:hi]), local[k])
+
+        def across(k: int) -> Steps:
+            a, b = local[k][topo.local_rank]
+            lo = chunks[k][0]
+            return cross(_on(job, subs.cross, job.work[lo + a:lo + b]))
+
+        last = len(chunks) - 1
+        yield from inside(0, ring.reduce_scatter)
+        for k in range(len(chunks)):
+            host = [inside(k - 1, ring.allgather)] if k else []
+            host += [inside(k + 1, ring.reduce_scatter)] if k < last else []
+            yield from together(across(k), chained(*host))
+        yield from inside(last, ring.allgather)
     else:  # hosts of different sizes: through each host's first rank
+        intra = _on(job, subs.intra, job.work)
         yield from tree.reduce(intra, 0)
         if topo.local_rank == 0:
             yield from cross(_on(job, subs.cross, job.work))
@@ -104,7 +133,9 @@ def cost(p: int, n: float, c: CostParams, s: float) -> float:
                                         + (H-1)/H (n/L) g
 
     where b_c is the per-rank rate while all L local ranks cross at once (L times the NIC's
-    where they share one: a host's uplink then carries 2(H-1)/H n each way). On one host
+    where they share one: a host's uplink then carries 2(H-1)/H n each way). Pipelined in
+    k = ``pieces(n)`` chunks, with I and X those two terms for one chunk (n/k):
+    I + 2 max(X, I/2) + (k-2) max(X, I). On one host
     this is the ring itself, with the ring's formula on the flat link (so it never beats the
     ring there); with one rank per host, CROSS on the cross class. Hosts of different sizes
     (leaders): tree(largest host, n) on the intra class + CROSS(H, n) on the cross class,
@@ -119,9 +150,14 @@ def cost(p: int, n: float, c: CostParams, s: float) -> float:
     if hosts == p:
         return across(p, n, c.on("cross", (1,) * p), s)
     if len(set(sizes)) == 1:
-        local = sizes[0]
-        return (ring.cost(local, n, c.on("intra", (local,)), s)
-                + across(hosts, n / local, c.on("cross", (1,) * hosts), s))
+        local, k = sizes[0], pieces(n)
+        inside = ring.cost(local, n / k, c.on("intra", (local,)), s)  # a chunk's RS + AG
+        out = across(hosts, n / local / k, c.on("cross", (1,) * hosts), s)
+        if k == 1:
+            return inside + out
+        # the first reduce-scatter and last allgather alone; rounds 0 and k-1 hide one half
+        # of a chunk's steps inside the host under its crossing, the others both halves
+        return inside + 2 * max(out, inside / 2) + (k - 2) * max(out, inside)
     return (tree.cost(max(sizes), n, c.on("intra", (max(sizes),)), s)
             + across(hosts, n, c.on("cross", (1,) * hosts), s))
 

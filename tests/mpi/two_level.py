@@ -5,7 +5,8 @@ Each LAYOUT names the host of every rank: "2x3" (2 hosts of 3 consecutive ranks)
 rank: the agreed topology and sub-communicators; every dtype and op on odd sizes, in and out
 of place, against numpy, MPI_Allreduce and the flat ring (exact inputs); bit-identity of
 order-sensitive sums within a stated bound; several calls in flight; each flat algorithm as
-the cross-host step; what the busiest rank sends; a timeout inside a sub-communicator.
+the cross-host step; pipelined chunks; what the busiest rank sends; a timeout inside a
+sub-communicator.
 Run: mpiexec -n P python tests/mpi/two_level.py [full:]LAYOUT... [--torch] [--timeout]
 """
 
@@ -209,6 +210,25 @@ def cross_algorithms(chk: Checker, comm, what: str) -> None:
         defaults.segment_bytes = saved
 
 
+def pipelined(chk: Checker, comm, layout: str) -> None:
+    """Chunks of 64 bytes (up to ``PIECES`` of them): the cross-host step of one chunk in
+    flight with the host's allgather of the one before and reduce-scatter of the next."""
+    saved = two_level.PIECE_BYTES
+    two_level.PIECE_BYTES = 64
+    try:
+        for i, (dtype, op, n) in enumerate([("float32", "sum", 1009), ("int64", "max", 1009),
+                                            ("bfloat16", "sum", 4 * P + 3),
+                                            ("float64", "prod", 97), ("int8", "min", 263)]):
+            for inplace in (False, True):
+                exact_case(chk, comm, f"{layout} pipelined", dtype, op, n, inplace, 40 + i,
+                           ring=inplace)
+        order_case(chk, comm, f"{layout} pipelined", "float32", 4099, 9)
+        in_flight(chk, comm, f"{layout} pipelined")
+        wire(chk, comm, f"{layout} pipelined")
+    finally:
+        two_level.PIECE_BYTES = saved
+
+
 def wire(chk: Checker, comm, layout: str) -> None:
     """On uniform hosts the busiest rank sends what ``wire_bytes`` says (n divisible by p)."""
     if not topology(comm).uniform:
@@ -296,6 +316,7 @@ def main() -> None:
         in_flight(chk, comm, layout)
         if full:
             cross_algorithms(chk, comm, layout)
+            pipelined(chk, comm, layout)
         wire(chk, comm, layout)
     plain = [spec.removeprefix("full:") for spec in layouts]
     if "--torch" in args:
