@@ -73,26 +73,6 @@ def segments(lo: int, hi: int, seg: int) -> list[tuple[int, int]]:
     return [(a, min(a + seg, hi)) for a in range(lo, hi, seg)]
 
 
-def together(*parts: Steps) -> Steps:
-    """Run several step generators side by side, in lockstep: each round yields the requests
-    of every part's current step, so their messages are on the wire at once (parts on
-    different communicators, or one after another on the same one, never sharing a tag
-    stream out of order)."""
-    live = list(parts)
-    while live:
-        reqs: list[Request] = []
-        still = []
-        for g in live:
-            try:
-                reqs.extend(next(g))
-            except StopIteration:
-                continue
-            still.append(g)
-        live = still
-        if reqs or live:
-            yield reqs
-
-
 def chained(*parts: Steps) -> Steps:
     """Several step generators one after another, as one."""
     for g in parts:

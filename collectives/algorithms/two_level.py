@@ -36,10 +36,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..interleave import concurrently
 from ..topology import host_comms, topology
 from ..transport.base import Communicator
 from . import ring, tree
-from .common import Job, Steps, chained, partition, together
+from .common import Job, Steps, chained, partition
 from .registry import Algorithm, get
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def allreduce(job: Job) -> Steps:
         for k in range(len(chunks)):
             host = [inside(k - 1, ring.allgather)] if k else []
             host += [inside(k + 1, ring.reduce_scatter)] if k < last else []
-            yield from together(across(k), chained(*host))
+            yield from concurrently([across(k), chained(*host)])
         yield from inside(last, ring.allgather)
     else:  # hosts of different sizes: through each host's first rank
         intra = _on(job, subs.intra, job.work)
