@@ -127,17 +127,23 @@ def two_level_oracle(s: str, p: int, numel: int, vb: int, payload: int,
                      c: costmodel.CostParams, cs: float, ds: float, k: int,
                      segment: int | None) -> tuple[float, float]:
     """The ring inside the host on the intra class; the scheme on one shard (n/L elements,
-    B/L bytes, k/L entries, 1/L of the coding) over the H hosts on the cross class."""
+    B/L bytes, k/L entries, 1/L of the coding) over the H hosts on the cross class; from
+    8 MB, pipelined in m chunks of at least 4 MB (up to 8), a chunk's steps inside the host
+    under another's crossing."""
     sizes = layout(p, c.hosts)
     hosts, local = len(sizes), sizes[0]
-    inside = dense_oracle("ring", local, numel * vb, on(c, c.intra), segment)
+    m = int(max(1, min(8, numel * vb // (4 << 20)))) if hosts > 1 and local > 1 else 1
+    inside = dense_oracle("ring", local, numel * vb / m, on(c, c.intra), segment)
     if hosts == 1:
         return inside, 0.0
-    comm, codec = coded_oracle(s, hosts, math.ceil(numel / local), vb,
-                               math.ceil(payload / local), on(c, c.cross),
-                               cs * (numel * vb) / local, ds * (numel * vb) / local,
-                               math.ceil(k / local), segment)
-    return inside + comm, codec
+    part = local * m
+    comm, codec = coded_oracle(s, hosts, math.ceil(numel / part), vb,
+                               math.ceil(payload / part), on(c, c.cross),
+                               cs * (numel * vb) / part, ds * (numel * vb) / part,
+                               math.ceil(k / part), segment)
+    if m == 1:
+        return inside + comm, codec
+    return inside + 2 * max(comm, inside / 2) + (m - 2) * max(comm, inside), m * codec
 
 
 def bytes_oracle(s: str, p: int, payload: int, entries: int, eb: int) -> float:

@@ -96,7 +96,9 @@ def allreduce(job: Job) -> Steps:
         return
     subs = host_comms(comm)
     if topo.uniform:
-        chunks = partition(job.work.size, pieces(job.work.nbytes))
+        # (an engine that ignores tags, NCCL, keeps one stream of the call at a time)
+        chunks = partition(job.work.size,
+                           pieces(job.work.nbytes) if comm.matches_by_tag else 1)
         local = [partition(hi - lo, topo.local_size) for lo, hi in chunks]
 
         def inside(k: int, step: Callable[[Job, list[tuple[int, int]]], Steps]) -> Steps:

@@ -7,9 +7,10 @@ shard across hosts, on the cross-host communicator of its local index (the L of 
 parallel), and a ring allgather inside the host puts the shards back together. Error feedback
 is keyed ``f"{name}@shard{i}"``: the residual of what this rank sent, kept by the rank that
 sends it (the reduce-scatter/allgather scheme's owner-side residual under
-``f"{name}@shard{i}@owner"``). Every rank of a cross-host communicator ends with the same bits
-of its shard (each scheme promises it) and the allgather only copies them, so every rank ends
-with identical bits.
+``f"{name}@shard{i}@owner"``); a pipelined call (a buffer of 8 MB or more, in chunks as the
+dense two-level allreduce has them) keeps one per chunk, ``f"{name}@shard{i}/{k}"``. Every
+rank of a cross-host communicator ends with the same bits of its shard (each scheme promises
+it) and the allgather only copies them, so every rank ends with identical bits.
 
 Each rank encodes and decodes only its shard (1/L of the flat call's codec work), and only
 the shard's payload crosses hosts: ``price`` charges the intra-host steps to the intra class
@@ -26,11 +27,12 @@ from compressors import Compressor, ErrorFeedback
 
 from .. import costmodel, ops
 from ..algorithms import ring, two_level
-from ..algorithms.common import Job, Steps, partition
+from ..algorithms.common import Job, Steps, chained, partition
 from ..buffers import Prepared
 from ..config import defaults
 from ..costmodel import SchemeLoad
 from ..costparams import CostParams
+from ..interleave import concurrently
 from ..progress import Handle
 from ..topology import host_comms, topology
 from ..transport.base import Communicator
@@ -143,46 +145,71 @@ def _decide(c: Communicator, lv: Levels, comp: Compressor, scheme: str, schemes:
 def start(c: Communicator, lv: Levels, prepared: Prepared, comp: Compressor,
           feedback: ErrorFeedback | None, scheme: str, schemes: list[str], op: str, name: str,
           step: int, timeout: float | None, stats: dict | None, options: dict) -> Handle:
-    """Start the two-level call on ``prepared`` (see the module's docstring)."""
+    """Start the two-level call on ``prepared`` (see the module's docstring).
+
+    On several hosts of several ranks a large buffer is pipelined as the dense two-level
+    allreduce is (``two_level.pieces`` chunks, on an engine that matches by tag): chunk k's
+    shard crosses hosts compressed while the host allgathers chunk k-1 and reduce-scatters
+    chunk k+1. Each chunk's shard keeps its residual under ``f"{name}@shard{i}/{k}"``."""
     dtype, work = prepared.dtype, prepared.work
     prepared.load()  # the reduce-scatter sums in place, in the output buffer
     ops.prescale(work, dtype, op, c.size)  # fp16/bf16 average: divide first
-    blocks = partition(work.size, lv.local_size)
-    lo, hi = blocks[lv.local_rank]
-    tag = c.next_tag()
-    # the segments of reduce_scatter_allgather take tags of their own, drawn now, as many on
-    # every rank (the scheme starts midway through the call, when ranks are out of step)
-    spare = [c.next_tag() for _ in range(rsag.MAX_SEGMENTS - 1)]
+    both = lv.intra is not None and lv.cross is not None and c.matches_by_tag
+    chunks = partition(work.size, two_level.pieces(work.nbytes) if both else 1)
+    local = [partition(hi - lo, lv.local_size) for lo, hi in chunks]
+    # each chunk's tag, and the tags of its reduce_scatter_allgather segments, drawn now, as
+    # many on every rank (the scheme starts midway through the call, when ranks are out of
+    # step)
+    tags = [c.next_tag() for _ in chunks]
+    spare = [[c.next_tag() for _ in range(rsag.MAX_SEGMENTS - 1)] for _ in chunks]
     seg = max(1, defaults.segment_bytes // dtype.itemsize)
-    intra = None if lv.intra is None else Job(lv.intra, work, dtype, "sum", tag, seg,
-                                              "two-level compressed allreduce")
-    inner, direct = None, True
+    inners: list[Any] = []
+    direct: list[bool] = []  # whether a chunk's shard takes the sum in place
     if lv.cross is not None:
-        scheme, options = _decide(c, lv, comp, scheme, schemes, work.size, dtype.itemsize,
+        scheme, options = _decide(c, lv, comp, scheme, schemes, chunks[0][1], dtype.itemsize,
                                   options, timeout)
-        inner = make_ctx(lv.cross, tag, comp, feedback, f"{name}@shard{lv.local_rank}", step,
-                         input_view(work[lo:hi], dtype, (hi - lo,)), dtype, **options)
-        inner.tags = spare
-        # every scheme reads its input before writing the sum: the shard may take it
-        direct = work.dtype == inner.acc
-        inner.out = work[lo:hi] if direct else inner.buffer("result", hi - lo)
+        for k, (lo, _) in enumerate(chunks):
+            a, b = local[k][lv.local_rank]
+            key = f"{name}@shard{lv.local_rank}" + (f"/{k}" if len(chunks) > 1 else "")
+            inner = make_ctx(lv.cross, tags[k], comp, feedback, key, step,
+                             input_view(work[lo + a:lo + b], dtype, (b - a,)), dtype,
+                             **options)
+            inner.tags = spare[k]
+            # every scheme reads its input before writing the sum: the shard may take it
+            direct.append(work.dtype == inner.acc)
+            inner.out = work[lo + a:lo + b] if direct[-1] else inner.buffer("result", b - a)
+            inners.append(inner)
     sent, crossed = c.bytes_sent, 0 if lv.cross is None else lv.cross.bytes_sent
 
-    def steps() -> Steps:
-        if intra is not None:
-            yield from ring.reduce_scatter(intra, blocks)
-        if inner is not None:
+    def inside(k: int, part: Any) -> Steps:
+        if lv.intra is not None:
+            lo, hi = chunks[k]
+            yield from part(Job(lv.intra, work[lo:hi], dtype, "sum", tags[k], seg,
+                                "two-level compressed allreduce"), local[k])
+
+    def across(k: int) -> Steps:
+        if inners:
+            inner = inners[k]
             yield from SCHEMES[scheme].run(inner)
-            if not direct:
-                store(inner.out, work[lo:hi], dtype)
-        if intra is not None:
-            yield from ring.allgather(intra, blocks)
+            lo, (a, b) = chunks[k][0], local[k][lv.local_rank]
+            if not direct[k]:
+                store(inner.out, work[lo + a:lo + b], dtype)
+
+    def steps() -> Steps:
+        last = len(chunks) - 1
+        yield from inside(0, ring.reduce_scatter)
+        for k in range(len(chunks)):
+            host = [inside(k - 1, ring.allgather)] if k else []
+            host += [inside(k + 1, ring.reduce_scatter)] if k < last else []
+            yield from concurrently([across(k), chained(*host)]) if host else across(k)
+        yield from inside(last, ring.allgather)
 
     def finish() -> Any:
         ops.finish(work, dtype, op, c.size)  # fp32/fp64 average: divide after
         if stats is not None:
-            stats.update({"compress_s": 0.0, "decompress_s": 0.0} if inner is None
-                         else inner.stats, scheme=scheme if inner else None,
+            coded = {key: sum(inner.stats[key] for inner in inners)
+                     for key in ("compress_s", "decompress_s")}
+            stats.update(coded, scheme=scheme if inners else None,
                          hierarchy="two_level", bytes_sent=c.bytes_sent - sent,
                          cross_bytes_sent=0 if lv.cross is None
                          else lv.cross.bytes_sent - crossed)
@@ -196,22 +223,29 @@ def price(scheme: str, load: SchemeLoad, c: CostParams) -> tuple[float, float]:
     the ring reduce-scatter and allgather of all n bytes inside the host on the intra class,
     2(L-1) ceil(n/(L s)) a_i + 2(L-1)/L n b_i + (L-1)/L n g, plus the scheme's price of one
     shard (n/L elements, payload/L bytes, k/L entries, 1/L of the coding) over H ranks on the
-    cross class. On one host nothing is coded and nothing crosses."""
+    cross class. Pipelined in m = ``two_level.pieces(n)`` chunks, with I and X those two
+    communication terms for one chunk, I + 2 max(X, I/2) + (m-2) max(X, I) (the dense
+    two-level call's form), the coding all of it. On one host nothing is coded and nothing
+    crosses."""
     sizes = c.layout(load.p)
     hosts, local = len(sizes), sizes[0]
     if len(set(sizes)) > 1:
         raise ValueError(f"a two-level compressed allreduce needs hosts of the same size, "
                          f"not {list(sizes)}")
-    inside = costmodel.predict("ring", local, load.n_bytes, c.on("intra", (local,)),
+    m = two_level.pieces(load.n_bytes) if hosts > 1 and local > 1 else 1
+    inside = costmodel.predict("ring", local, load.n_bytes / m, c.on("intra", (local,)),
                                load.segment)
     if hosts == 1:
         return inside, 0.0
-    shard = replace(load, p=hosts, numel=math.ceil(load.numel / local),
-                    payload_bytes=math.ceil(load.payload_bytes / local),
-                    encode_s=load.encode_s / local, decode_s=load.decode_s / local,
-                    sparse_k=math.ceil(load.sparse_k / local))
+    part = local * m
+    shard = replace(load, p=hosts, numel=math.ceil(load.numel / part),
+                    payload_bytes=math.ceil(load.payload_bytes / part),
+                    encode_s=load.encode_s / part, decode_s=load.decode_s / part,
+                    sparse_k=math.ceil(load.sparse_k / part))
     comm, codec = SCHEMES[scheme].price(shard, c.on("cross", (1,) * hosts))
-    return inside + comm, codec
+    if m == 1:
+        return inside + comm, codec
+    return inside + 2 * max(comm, inside / 2) + (m - 2) * max(comm, inside), m * codec
 
 
 def wire_bytes(scheme: str, hosts: int, local: int, nbytes: int, shard_payload_bytes: int,

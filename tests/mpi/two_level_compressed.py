@@ -2,9 +2,9 @@
 L consecutive ranks). Checked on every rank: the identity compressor through every scheme
 equals the plain two_level allreduce bit for bit (order-free inputs); lossy compressors stay
 within their error and give identical bits everywhere; error feedback keyed on the shard
-conserves the sum; the bytes sent inside and across hosts are the model's; hierarchy "auto"
-and the refusals; the cost model's link classes fitted on the emulated hosts (--fit); set-up
-bounded by the call's timeout (--timeout).
+conserves the sum; the bytes sent inside and across hosts are the model's; pipelined chunks;
+hierarchy "auto" and the refusals; the cost model's link classes fitted on the emulated hosts
+(--fit); set-up bounded by the call's timeout (--timeout).
 Run: mpiexec -n P python tests/mpi/two_level_compressed.py HxL [--fit] [--timeout]
 """
 
@@ -125,11 +125,13 @@ def lossy(chk: Checker, comm, layout: tuple[int, int]) -> None:
                           and f"w@shard{local}" in fb.residuals, f"{what}: {set(fb.residuals)}")
 
 
-def conservation(chk: Checker, comm, layout: tuple[int, int]) -> None:
-    """Sum of outputs + every rank's residuals (mapped to their elements) == sum of inputs."""
+def conservation(chk: Checker, comm, layout: tuple[int, int], what: str = "conservation"
+                 ) -> None:
+    """Sum of outputs + every rank's residuals (mapped to their elements) == sum of inputs
+    (chunk by chunk where the call is pipelined: ``two_level.pieces``)."""
     hosts, local = layout
     n, steps = 999, 10
-    blocks = partition(n, local)
+    chunks = partition(n, two_level.pieces(4 * n))
     for spec, scheme in (("uniform:bits=2", "reduce_scatter_allgather"), ("fp16", "dense"),
                          ("topk:ratio=0.05", "sparse"), ("topk:ratio=0.05", "allgather")):
         comp = compressors.get(spec)
@@ -147,20 +149,57 @@ def conservation(chk: Checker, comm, layout: tuple[int, int]) -> None:
         for r, res in enumerate(WORLD.allgather({k: v.astype(np.float64)
                                                  for k, v in fb.residuals.items()})):
             i, h = r % local, r // local
-            lo, hi = blocks[i]
-            held[lo:hi] += res.get(f"g@shard{i}", 0.0)
-            owner = res.get(f"g@shard{i}@owner")
-            if owner is not None:  # the owner's ranges of the shard, segment by segment
-                at = 0
-                count = rsag.segment_count(hi - lo, hosts, True)
-                for a, b in rsag.owned_ranges(hi - lo, hosts, h, count):
-                    held[lo + a:lo + b] += owner[at:at + b - a]
-                    at += b - a
+            for k, (clo, chi) in enumerate(chunks):
+                key = f"g@shard{i}" + (f"/{k}" if len(chunks) > 1 else "")
+                lo, hi = (clo + x for x in partition(chi - clo, local)[i])
+                held[lo:hi] += res.get(key, 0.0)
+                owner = res.get(f"{key}@owner")
+                if owner is not None:  # the owner's ranges of the shard, segment by segment
+                    at = 0
+                    count = rsag.segment_count(hi - lo, hosts, True)
+                    for a, b in rsag.owned_ranges(hi - lo, hosts, h, count):
+                        held[lo + a:lo + b] += owner[at:at + b - a]
+                        at += b - a
         gap = np.abs(out_sum + held - true_sum).max()
         # fp16 payloads are summed in fp16 across hosts: H - 1 roundings a step that no
         # residual keeps, each within 2^-11 of a partial sum (bounded by the magnitudes)
         tol = steps * (1e-5 + (hosts - 1) * 2 ** -11 * scale * (spec == "fp16"))
-        chk.check(gap < tol, f"conservation {spec} {scheme}: gap {gap:.3g} >= {tol:.3g}")
+        chk.check(gap < tol, f"{what} {spec} {scheme}: gap {gap:.3g} >= {tol:.3g}")
+
+
+def pipelined(chk: Checker, comm, layout: tuple[int, int]) -> None:
+    """Chunks of 256 bytes (up to 8 of them): each chunk's shard crosses hosts while the
+    host reduces and gathers its neighbours. The identity through every scheme is the plain
+    (pipelined) two_level allreduce; lossy calls give identical bits within their error;
+    error feedback, one residual per chunk's shard, conserves the sum."""
+    saved = two_level.PIECE_BYTES
+    two_level.PIECE_BYTES = 256
+    try:
+        x = ints(1009, "float32", 11)
+        plain = collectives.allreduce(x, algorithm="two_level", comm=comm)
+        for scheme in SCHEMES:
+            y = chk.run(f"pipelined none {scheme}", collectives.allreduce, x,
+                        compressor="none", scheme=scheme, hierarchy="two_level", comm=comm,
+                        **FLAT)
+            chk.check(y is not None and same(y, plain), f"pipelined none {scheme}: differs")
+        g = np.random.default_rng([8, R]).standard_normal(2003).astype(np.float32)
+        exact = np.stack(WORLD.allgather(g.astype(np.float64))).sum(axis=0)
+        for spec, scheme, bound in LOSSY[:2]:
+            fb = compressors.ErrorFeedback(compressors.get(spec))
+            y = chk.run(f"pipelined {spec}", collectives.allreduce, g, compressor=spec,
+                        scheme=scheme, feedback=fb, name="w", hierarchy="two_level",
+                        comm=comm, **FLAT)
+            if y is None:
+                continue
+            chk.identical(y, f"pipelined {spec}")
+            err = np.linalg.norm(y - exact) / np.linalg.norm(exact)
+            chk.check(err < bound, f"pipelined {spec}: relative error {err:.3g} >= {bound}")
+            local = topology(comm).local_rank
+            chk.check(f"w@shard{local}/7" in fb.residuals, f"pipelined {spec}: residuals "
+                      f"{sorted(fb.residuals)}")
+        conservation(chk, comm, layout, "pipelined conservation")
+    finally:
+        two_level.PIECE_BYTES = saved
 
 
 def wire(chk: Checker, comm, layout: tuple[int, int]) -> None:
@@ -307,7 +346,7 @@ def main() -> None:
     hosts, local = map(int, name.split("x"))
     chk = Checker("two-level compressed")
     comm = emulate(name)
-    for part in (none_is_two_level, lossy, conservation, wire):
+    for part in (none_is_two_level, lossy, conservation, wire, pipelined):
         chk.run(part.__name__, part, chk, comm, *(() if part is none_is_two_level
                                                    else ((hosts, local),)))
     chk.run("decisions", decisions, chk, comm)
