@@ -128,12 +128,12 @@ def lossy(chk: Checker, comm, layout: tuple[int, int]) -> None:
 def conservation(chk: Checker, comm, layout: tuple[int, int], what: str = "conservation"
                  ) -> None:
     """Sum of outputs + every rank's residuals (mapped to their elements) == sum of inputs
-    (chunk by chunk where the call is pipelined: ``two_level.pieces``)."""
+    (chunk by chunk where the call is pipelined: ``hierarchical.pieces``)."""
     hosts, local = layout
     n, steps = 999, 10
-    chunks = partition(n, two_level.pieces(4 * n))
     for spec, scheme in (("uniform:bits=2", "reduce_scatter_allgather"), ("fp16", "dense"),
                          ("topk:ratio=0.05", "sparse"), ("topk:ratio=0.05", "allgather")):
+        chunks = partition(n, hierarchical.pieces(scheme, 4 * n))
         comp = compressors.get(spec)
         fb = compressors.ErrorFeedback(comp)
         out_sum, true_sum, scale = np.zeros(n), np.zeros(n), 0.0
