@@ -128,12 +128,12 @@ def two_level_oracle(s: str, p: int, numel: int, vb: int, payload: int,
                      segment: int | None) -> tuple[float, float]:
     """The ring inside the host on the intra class; the scheme on one shard (n/L elements,
     B/L bytes, k/L entries, 1/L of the coding) over the H hosts on the cross class; from
-    8 MB, the dense and reduce-scatter/allgather schemes pipelined in m chunks of at least
-    4 MB (up to 8), a chunk's steps inside the host under another's crossing."""
+    8 MB, a dense payload (not k < n entries) pipelined in m chunks of at least 4 MB (up to
+    8), a chunk's steps inside the host under another's crossing."""
     sizes = layout(p, c.hosts)
     hosts, local = len(sizes), sizes[0]
     m = int(max(1, min(8, numel * vb // (4 << 20)))) \
-        if hosts > 1 and local > 1 and s in ("dense", "reduce_scatter_allgather") else 1
+        if hosts > 1 and local > 1 and not 0 < k < numel else 1
     inside = dense_oracle("ring", local, numel * vb / m, on(c, c.intra), segment)
     if hosts == 1:
         return inside, 0.0

@@ -154,11 +154,11 @@ def start(c: Communicator, lv: Levels, prepared: Prepared, comp: Compressor,
     dtype, work = prepared.dtype, prepared.work
     prepared.load()  # the reduce-scatter sums in place, in the output buffer
     ops.prescale(work, dtype, op, c.size)  # fp16/bf16 average: divide first
-    if lv.cross is not None:
-        scheme, options = _decide(c, lv, comp, scheme, schemes, work.size, dtype.itemsize,
-                                  options, timeout)
     both = lv.intra is not None and lv.cross is not None and c.matches_by_tag
-    chunks = partition(work.size, pieces(scheme, work.nbytes) if both else 1)
+    chunks = partition(work.size, pieces(comp.capabilities.sparse, work.nbytes) if both else 1)
+    if lv.cross is not None:  # decided for a chunk's shard
+        scheme, options = _decide(c, lv, comp, scheme, schemes, chunks[0][1], dtype.itemsize,
+                                  options, timeout)
     local = [partition(hi - lo, lv.local_size) for lo, hi in chunks]
     # each chunk's tag, and the tags of its reduce_scatter_allgather segments, drawn now, as
     # many on every rank (the scheme starts midway through the call, when ranks are out of
@@ -219,16 +219,13 @@ def start(c: Communicator, lv: Levels, prepared: Prepared, comp: Compressor,
     return Handle(steps(), finish, f"compressed allreduce[two_level, {scheme}]", timeout)
 
 
-#: The schemes a large call pipelines in: their crossing moves a payload of every element.
-#: A sparse payload crosses in a few milliseconds where the host's full-precision steps take
-#: far longer: chunks would only add its rounds' latencies (on 2 x 4 emulated ranks at
-#: 1 Gbit/s, 64 MB: top-k 1% two-level took 170 ms in 8 chunks against 120 ms in one).
-PIPELINED = ("dense", "reduce_scatter_allgather")
-
-
-def pieces(scheme: str, nbytes: float) -> int:
-    """Chunks a two-level call of ``nbytes`` with ``scheme`` across hosts is pipelined in."""
-    return two_level.pieces(nbytes) if scheme in PIPELINED else 1
+def pieces(sparse: bool, nbytes: float) -> int:
+    """Chunks a two-level call of ``nbytes`` is pipelined in: as the dense two-level
+    allreduce, but one for a ``sparse`` payload. That crosses hosts in a few milliseconds
+    where the host's full-precision steps take far longer: chunks would only add its rounds'
+    latencies (on 2 x 4 emulated ranks at 1 Gbit/s, 64 MB: top-k 1% two-level took 170 ms in
+    8 chunks against 120 to 155 ms in one)."""
+    return 1 if sparse else two_level.pieces(nbytes)
 
 
 def price(scheme: str, load: SchemeLoad, c: CostParams) -> tuple[float, float]:
@@ -236,7 +233,7 @@ def price(scheme: str, load: SchemeLoad, c: CostParams) -> tuple[float, float]:
     the ring reduce-scatter and allgather of all n bytes inside the host on the intra class,
     2(L-1) ceil(n/(L s)) a_i + 2(L-1)/L n b_i + (L-1)/L n g, plus the scheme's price of one
     shard (n/L elements, payload/L bytes, k/L entries, 1/L of the coding) over H ranks on the
-    cross class. Pipelined in m = ``pieces(scheme, n)`` chunks, with I and X those two
+    cross class. Pipelined in m = ``pieces(sparse, n)`` chunks, with I and X those two
     communication terms for one chunk, I + 2 max(X, I/2) + (m-2) max(X, I) (the dense
     two-level call's form), the coding all of it. On one host nothing is coded and nothing
     crosses."""
@@ -245,7 +242,8 @@ def price(scheme: str, load: SchemeLoad, c: CostParams) -> tuple[float, float]:
     if len(set(sizes)) > 1:
         raise ValueError(f"a two-level compressed allreduce needs hosts of the same size, "
                          f"not {list(sizes)}")
-    m = pieces(scheme, load.n_bytes) if hosts > 1 and local > 1 else 1
+    sparse = 0 < load.sparse_k < load.numel  # (a dense payload keeps every element)
+    m = pieces(sparse, load.n_bytes) if hosts > 1 and local > 1 else 1
     inside = costmodel.predict("ring", local, load.n_bytes / m, c.on("intra", (local,)),
                                load.segment)
     if hosts == 1:

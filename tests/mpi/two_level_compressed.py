@@ -133,8 +133,8 @@ def conservation(chk: Checker, comm, layout: tuple[int, int], what: str = "conse
     n, steps = 999, 10
     for spec, scheme in (("uniform:bits=2", "reduce_scatter_allgather"), ("fp16", "dense"),
                          ("topk:ratio=0.05", "sparse"), ("topk:ratio=0.05", "allgather")):
-        chunks = partition(n, hierarchical.pieces(scheme, 4 * n))
         comp = compressors.get(spec)
+        chunks = partition(n, hierarchical.pieces(comp.capabilities.sparse, 4 * n))
         fb = compressors.ErrorFeedback(comp)
         out_sum, true_sum, scale = np.zeros(n), np.zeros(n), 0.0
         for t in range(steps):
