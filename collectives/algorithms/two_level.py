@@ -58,6 +58,25 @@ def pieces(nbytes: float) -> int:
     return int(max(1, min(PIECES, nbytes // PIECE_BYTES)))
 
 
+#: a ring step inside the host on a chunk's blocks (reduce-scatter or allgather)
+HostStep = Callable[[Job, list[tuple[int, int]]], Steps]
+
+
+def pipeline(chunks: int, inside: Callable[[int, HostStep], Steps],
+             across: Callable[[int], Steps]) -> Steps:
+    """The two-level schedule of ``chunks`` chunks: chunk 0 reduce-scattered inside the
+    host, then chunk k's crossing (``across(k)``) alongside the host's allgather of chunk k-1
+    and reduce-scatter of chunk k+1 (``inside(k, step)``), then the last chunk's allgather.
+    One chunk: the three steps one after another."""
+    last = chunks - 1
+    yield from inside(0, ring.reduce_scatter)
+    for k in range(chunks):
+        host = [inside(k - 1, ring.allgather)] if k else []
+        host += [inside(k + 1, ring.reduce_scatter)] if k < last else []
+        yield from concurrently([across(k), chained(*host)]) if host else across(k)
+    yield from inside(last, ring.allgather)
+
+
 def cross_algorithm() -> Algorithm:
     """The registry's entry of ``CROSS`` (ValueError where it names no flat algorithm)."""
     if CROSS == "two_level":
@@ -101,7 +120,7 @@ def allreduce(job: Job) -> Steps:
                            pieces(job.work.nbytes) if comm.matches_by_tag else 1)
         local = [partition(hi - lo, topo.local_size) for lo, hi in chunks]
 
-        def inside(k: int, step: Callable[[Job, list[tuple[int, int]]], Steps]) -> Steps:
+        def inside(k: int, step: HostStep) -> Steps:
             lo, hi = chunks[k]
             return step(_on(job, subs.intra, job.work[lo:hi]), local[k])
 
@@ -110,13 +129,7 @@ def allreduce(job: Job) -> Steps:
             lo = chunks[k][0]
             return cross(_on(job, subs.cross, job.work[lo + a:lo + b]))
 
-        last = len(chunks) - 1
-        yield from inside(0, ring.reduce_scatter)
-        for k in range(len(chunks)):
-            host = [inside(k - 1, ring.allgather)] if k else []
-            host += [inside(k + 1, ring.reduce_scatter)] if k < last else []
-            yield from concurrently([across(k), chained(*host)])
-        yield from inside(last, ring.allgather)
+        yield from pipeline(len(chunks), inside, across)
     else:  # hosts of different sizes: through each host's first rank
         intra = _on(job, subs.intra, job.work)
         yield from tree.reduce(intra, 0)

@@ -27,12 +27,11 @@ from compressors import Compressor, ErrorFeedback
 
 from .. import costmodel, ops
 from ..algorithms import ring, two_level
-from ..algorithms.common import Job, Steps, chained, partition
+from ..algorithms.common import Job, Steps, partition
 from ..buffers import Prepared
 from ..config import defaults
 from ..costmodel import SchemeLoad
 from ..costparams import CostParams
-from ..interleave import concurrently
 from ..progress import Handle
 from ..topology import host_comms, topology
 from ..transport.base import Communicator
@@ -182,7 +181,7 @@ def start(c: Communicator, lv: Levels, prepared: Prepared, comp: Compressor,
             inners.append(inner)
     sent, crossed = c.bytes_sent, 0 if lv.cross is None else lv.cross.bytes_sent
 
-    def inside(k: int, part: Any) -> Steps:
+    def inside(k: int, part: two_level.HostStep) -> Steps:
         if lv.intra is not None:
             lo, hi = chunks[k]
             yield from part(Job(lv.intra, work[lo:hi], dtype, "sum", tags[k], seg,
@@ -196,15 +195,6 @@ def start(c: Communicator, lv: Levels, prepared: Prepared, comp: Compressor,
             if not direct[k]:
                 store(inner.out, work[lo + a:lo + b], dtype)
 
-    def steps() -> Steps:
-        last = len(chunks) - 1
-        yield from inside(0, ring.reduce_scatter)
-        for k in range(len(chunks)):
-            host = [inside(k - 1, ring.allgather)] if k else []
-            host += [inside(k + 1, ring.reduce_scatter)] if k < last else []
-            yield from concurrently([across(k), chained(*host)]) if host else across(k)
-        yield from inside(last, ring.allgather)
-
     def finish() -> Any:
         ops.finish(work, dtype, op, c.size)  # fp32/fp64 average: divide after
         if stats is not None:
@@ -216,7 +206,8 @@ def start(c: Communicator, lv: Levels, prepared: Prepared, comp: Compressor,
                          else lv.cross.bytes_sent - crossed)
         return prepared.finish()
 
-    return Handle(steps(), finish, f"compressed allreduce[two_level, {scheme}]", timeout)
+    return Handle(two_level.pipeline(len(chunks), inside, across), finish,
+                  f"compressed allreduce[two_level, {scheme}]", timeout)
 
 
 def pieces(sparse: bool, nbytes: float) -> int:
