@@ -72,7 +72,7 @@ from . import torchwork
 from .algorithms import ring
 from .algorithms.common import Job
 from .compressed import hierarchical, make_ctx, resolve_compressor
-from .compressed.checks import check_feedback
+from .compressed.checks import HIERARCHIES, check_feedback
 from .compressed.common import Ctx, wire_sizes
 from .config import defaults
 from .errors import MismatchError
@@ -85,8 +85,6 @@ from .validation import agree, digest
 __all__ = ["CompressedReduceScatter", "compress_reduce_scatter"]
 
 _COMPRESSED_DTYPES = (torch.float32, torch.bfloat16)
-#: How a call crosses hosts (``CompressedReduceScatter``'s ``hierarchy``).
-HIERARCHIES = ("auto", "flat", "two_level")
 
 
 class CompressedReduceScatter(ReduceScatter):

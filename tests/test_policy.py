@@ -391,9 +391,14 @@ def test_plain_first_caps_the_identity_twins_prices() -> None:
 
 
 @pytest.mark.parametrize("fp16_s, kept", [(1.05e-3, True), (2e-3, False)])
-def test_a_standing_decision_yields_only_to_a_clear_gain(fp16_s: float, kept: bool) -> None:
+def test_a_standing_decision_yields_only_to_a_clear_gain(fp16_s: float, kept: bool,
+                                                       monkeypatch) -> None:
     """Deciding again, the plan in place stays unless the new one is predicted faster by the
-    margin: 5% is noise (kept), half the step is not (replaced)."""
+    margin: 5% is noise (kept), half the step is not (replaced). The codec timings are
+    pinned: on a busy machine a slow fp16 encode would clear the margin on its own."""
+    from collectives.policy import profile
+
+    monkeypatch.setattr(profile, "time", SteadyClock())
     latency = {**TRUE_S, "fp16": fp16_s}
     policy = AutoPolicy(max_error=0.3, first=0, probe_steps=1, cost=FAST, latency=latency,
                         min_numel=0)
@@ -405,6 +410,31 @@ def test_a_standing_decision_yields_only_to_a_clear_gain(fp16_s: float, kept: bo
     policy.decisions = {lay.name: canonical("fp16") for lay in MLP}  # the standing plan
     policy.update(comm, 1)
     assert set(policy.decisions.values()) == ({canonical("fp16")} if kept else {"none"})
+
+
+@pytest.mark.parametrize("hierarchy", ["flat", "two_level", "auto"])
+def test_the_policy_prices_calls_as_the_hook_runs_them(hierarchy: str, monkeypatch) -> None:
+    """The hook's ``hierarchy`` reaches the pricing: a hook whose compressed calls run flat
+    is not planned with two-level prices (nor the other way round)."""
+    from collectives.policy import plan
+
+    seen: list[str] = []
+    real = plan.price
+
+    def price(*args, **kw):
+        seen.append(args[5] if len(args) > 5 else kw.get("hierarchy", "auto"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(plan, "price", price)
+    policy = AutoPolicy(max_error=0.3, first=0, probe_steps=1, cost=FAST, latency=TRUE_S,
+                        min_numel=0)
+    comm = Ranks()
+    policy.update(comm, 0, hierarchy=hierarchy)
+    rng = np.random.default_rng(0)
+    for layer in MLP:
+        policy.observe(0, layer, rng.standard_normal(layer.numel), bucket=0)
+    policy.update(comm, 1, hierarchy=hierarchy)
+    assert seen and set(seen) == {hierarchy}
 
 
 def test_decisions_are_logged_on_rank_zero(caplog) -> None:

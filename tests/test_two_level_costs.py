@@ -216,9 +216,14 @@ def test_the_policy_prices_a_layer_by_what_crosses_hosts() -> None:
                for s in int8)
     priced = plan.price(4, layer, "uniform:bits=8", col, hosts)
     assert priced < 0.8 * flat
-    assert math.isclose(priced, min(sum(pricing.two_level_costs(
-        s, 4, n, 4, n, hosts, 0.02 / (4 * n), 0.01 / (4 * n), n))
-        for s in int8))
+    two = min(sum(pricing.two_level_costs(s, 4, n, 4, n, hosts, 0.02 / (4 * n),
+                                          0.01 / (4 * n), n)) for s in int8)
+    assert math.isclose(priced, two)
+    # the hook's hierarchy: "flat" calls pay the flat price, "two_level" ones the other
+    assert plan.price(4, layer, "uniform:bits=8", col, hosts, "flat") == flat
+    assert math.isclose(plan.price(4, layer, "uniform:bits=8", col, hosts, "two_level"), two)
+    with pytest.raises(ValueError, match="hierarchy must be one of auto, flat, two_level"):
+        plan.price(4, layer, "uniform:bits=8", col, hosts, "hosts")
     for layout in ((4,), (1, 1, 1, 1)):
         c = CostParams.of_hosts(INTRA, NIC, G, layout)
         assert plan.price(4, layer, "uniform:bits=8", col, c) == min(

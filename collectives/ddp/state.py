@@ -7,14 +7,12 @@ from typing import Any
 
 import compressors
 
+from ..compressed.checks import HIERARCHIES
 from ..config import check_timeout
 from ..policy import Layer, Policy, as_policy, layer_of, model_layers
 from . import checkpoint
 from . import groups as grouping
 from .worker import Worker
-
-#: How compressed groups cross hosts (``CompressionState``'s ``hierarchy``).
-HIERARCHIES = ("auto", "flat", "two_level")
 
 
 class CompressionState:
@@ -135,7 +133,7 @@ class CompressionState:
         self.current, self.step = self.step, self.step + 1
         if self.policy.adaptive and self.current >= self.start_step and \
                 self.policy.update(self.communicator(), self.current,
-                                   plain=self.group_algorithm()):
+                                   plain=self.group_algorithm(), hierarchy=self.hierarchy):
             self.version += 1
 
     def observe_loss(self, loss: Any) -> None:

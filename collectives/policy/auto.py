@@ -84,6 +84,7 @@ class AutoPolicy(Whole, Policy):
         self.cached = False  # the measurements came from the cache
         self._called = False  # update has run (on this communicator)
         self._unsaved = False  # measurements the cache does not hold yet
+        self._hierarchy = "auto"  # how the hook's compressed calls cross hosts (update's)
         self._layout, self._probing = Layout(), Probing(cfg)
         self._cache, self._decider, self._quality = CacheFile(cfg), Decider(cfg), Quality(cfg)
         self._trial = Trial(cfg)
@@ -128,10 +129,12 @@ class AutoPolicy(Whole, Policy):
         self._quality.add(step, value)
 
     # -- deciding ------------------------------------------------------------------------
-    def update(self, comm: Any, step: int, *, plain: str | None = None) -> bool:
+    def update(self, comm: Any, step: int, *, plain: str | None = None,
+               hierarchy: str = "auto") -> bool:
         """Read or finish the measurements, decide when due (see ``Policy.update``).
         Collective when it reads the cache, profiles or decides."""
         cfg, probing, dec, old = self.config, self._probing, self._decider, dict(self.decisions)
+        self._hierarchy = hierarchy
         if not self._called:  # the first step pays the one-time costs: the link's fit too
             self._called = True
             if self._costs.wants_fit() or cfg.cache and not cfg.link:
@@ -184,7 +187,8 @@ class AutoPolicy(Whole, Policy):
                              "latency_us": {k: v * 1e6 for k, v in seconds.items()}})
         old = dict(self.decisions)
         before = self._quality.before(comm, step)  # (collective when the check is on)
-        out = self._decider.decide(comm, self._layout, self.measurements, cost, fixed)
+        out = self._decider.decide(comm, self._layout, self.measurements, cost, fixed,
+                                   self._hierarchy)
         self.log.append({"step": step, "event": f"decided ({reason})",
                          "predicted_s": out.total, "error": self.total_error,
                          "collective_us": {k: v * 1e6 for k, v in self.collective_s.items()}})

@@ -97,10 +97,12 @@ class Policy:
         adaptive policy checks its decisions against it. Each rank reports its own local
         loss, every step or at least every few steps."""
 
-    def update(self, comm: Any, step: int, *, plain: str | None = None) -> bool:
+    def update(self, comm: Any, step: int, *, plain: str | None = None,
+               hierarchy: str = "auto") -> bool:
         """At the start of ``step``, nothing in flight: decide when due (collective on
         every rank alike). True if the decisions changed. ``plain``: the algorithm of
-        uncompressed groups (None: the communicator's engine)."""
+        uncompressed groups (None: the communicator's engine); ``hierarchy``: how the
+        caller's compressed calls cross hosts (``collectives.allreduce``'s)."""
         return False
 
     # -- state and reporting ---------------------------------------------------------------

@@ -70,10 +70,11 @@ def weights(norms: np.ndarray, buckets: list[Hashable],
 def decide(comm: Any, cfg: Any, layers: list[Layer], rows: np.ndarray, measured: list[bool],
            buckets: list[Hashable], live: Mapping[Hashable, float],
            cost: costmodel.CostParams, fixed: list[float],
-           standing: Mapping[str, str]) -> Outcome:
+           standing: Mapping[str, str], hierarchy: str = "auto") -> Outcome:
     """The plan of least predicted step time within the error budget (see ``auto``); a
     layer under ``cfg.min_numel`` elements or not ``measured`` is sent uncompressed, and a
-    compressor whose residual grew past ``cfg.max_residual`` is not used for the layer."""
+    compressor whose residual grew past ``cfg.max_residual`` is not used for the layer.
+    Compressed calls are priced crossing hosts as ``hierarchy`` has them (``plan.price``)."""
     cands, budget = cfg.candidates, cfg.max_error ** 2
     crit = criterion.measure(cfg.optimizer, cands, rows)
     share = weights(crit.norms, buckets, live if crit.live else {})
@@ -87,7 +88,7 @@ def decide(comm: Any, cfg: Any, layers: list[Layer], rows: np.ndarray, measured:
         grew.append(crit.residual[i] > cfg.max_residual)
         over.append(r > cfg.max_error)
         times.append([math.inf if spec != "none" and (plain_only or ruled) else
-                      plan.price(comm.size, layer, spec, col, cost)
+                      plan.price(comm.size, layer, spec, col, cost, hierarchy)
                       for spec, col, ruled in zip(cands, cols,
                                                   grew[-1] | over[-1] | crit.unbounded[i],
                                                   strict=True)])

@@ -122,8 +122,10 @@ class Decider(Part):
         self.live_used = dict(self.signals.live)
 
     def decide(self, comm: Any, layout: Layout, measurements: Mapping[str, np.ndarray],
-               cost: costmodel.CostParams, fixed: list[float]) -> Outcome:
-        """Decide every layer of ``layout`` (collective: ``plan.agreed``)."""
+               cost: costmodel.CostParams, fixed: list[float], hierarchy: str = "auto"
+               ) -> Outcome:
+        """Decide every layer of ``layout`` (collective: ``plan.agreed``), its compressed
+        calls crossing hosts as ``hierarchy`` has them."""
         cands = self.config.candidates
         names = sorted(layout.layers)
         layers = [layout.layers[n] for n in names]
@@ -131,7 +133,7 @@ class Decider(Part):
                          for n, lay in zip(names, layers, strict=True)])
         out = decide(comm, self.config, layers, rows, [n in measurements for n in names],
                      [layout.bucket.get(n, n) for n in names], self.signals.live, cost,
-                     fixed, self.decisions)
+                     fixed, self.decisions, hierarchy)
         self.decisions = {lay.name: cands[c] for lay, c in zip(layers, out.pick, strict=True)}
         self.collective_s = dict(zip(cands, fixed, strict=True))
         self.rows, self.total_error = out.rows, out.error

@@ -12,23 +12,33 @@ import compressors
 
 from .. import costmodel, pricing
 from ..compressed import feasible
+from ..compressed.checks import HIERARCHIES
 from .dp import solve
 from .layers import Layer
 
 
-def price(p: int, layer: Layer, spec: str, col: np.ndarray, cost: costmodel.CostParams) -> float:
+def price(p: int, layer: Layer, spec: str, col: np.ndarray, cost: costmodel.CostParams,
+          hierarchy: str = "auto") -> float:
     """Predicted seconds to allreduce ``layer`` alone with ``spec``: the measured compress and
     decompress times (col[2], col[3]) plus the cost model's price of the payload (col[4]
     bytes, col[5] kept elements), over the cheapest scheme the compressor can use. On hosts
-    of several ranks (``cost.layout(p)``) the two-level call is priced too, and the cheaper
-    taken, as the call's ``hierarchy="auto"`` takes it: its bytes across hosts and the codec
-    work of the ranks that do it (1/L each), its full-precision traffic inside the host."""
+    of several ranks (``cost.layout(p)``) the call runs as ``hierarchy`` has it (the hook's):
+    "auto" prices the two-level call too and takes the cheaper, as the call does; "two_level"
+    prices only the two-level call (its bytes across hosts and the codec work of the ranks
+    that do it, 1/L each, its full-precision traffic inside the host); "flat" only the flat
+    one."""
     comp = compressors.get(spec)
     nbytes = 4 * max(layer.numel, 1)
     cs, ds = col[2] / nbytes, col[3] / nbytes
     args = (p, layer.numel, 4, int(col[4]), cost, cs, ds, int(col[5]))
-    flat = min(pricing.predict_scheme(s, *args) for s in feasible(comp))
-    if not crosses_hosts(p, cost) or comp.capabilities.allreduce_steps:
+    if hierarchy not in HIERARCHIES:
+        raise ValueError(f"hierarchy must be one of {', '.join(HIERARCHIES)}, "
+                         f"got {hierarchy!r}")
+    two = hierarchy != "flat" and crosses_hosts(p, cost) \
+        and not comp.capabilities.allreduce_steps
+    flat = math.inf if two and hierarchy == "two_level" else \
+        min(pricing.predict_scheme(s, *args) for s in feasible(comp))
+    if not two:
         return flat
     return min(flat, min(sum(pricing.two_level_costs(s, *args)) for s in feasible(comp)))
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from collectives import pricing
+from collectives.compressed.checks import HIERARCHIES
 
 from ..cli import UsageError, command
 from . import bench_report as report
@@ -26,7 +27,6 @@ from .launch import relaunch
 
 DEFAULT = ["uniform:bits=8", "uniform:bits=4", "topk:ratio=0.01",
            "topk:ratio=0.01,approximate=true"]
-HIERARCHIES = ("auto", "flat", "two_level")
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
