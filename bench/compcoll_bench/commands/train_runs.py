@@ -99,16 +99,19 @@ RUNS["topk+ef"] = _ours(lambda args: "topk:ratio=0.01")
 RUNS["powersgd+ef"] = _ours(lambda args: "powersgd:rank=4")
 
 
-def _auto(args: Any) -> Any:
+def _auto(args: Any, cache: bool = True) -> Any:
     from collectives.policy import AutoPolicy
 
     return AutoPolicy(first=args.start_step + 1, every=args.every, max_error=args.max_error,
-                      cost=args.plan_cost, cache_dir=getattr(args, "cache_dir", None))
+                      cost=args.plan_cost, cache=cache,
+                      cache_dir=getattr(args, "cache_dir", None))
 
 
 RUNS["auto"] = _ours(_auto)
 # The same policy with every rank a peer on one flat link (no reduction inside hosts first).
-RUNS["auto-flat"] = _ours(_auto, hierarchy="flat")
+# It neither reads nor writes the measurement cache: it profiles as ``auto`` does from an
+# empty cache, not from what ``auto`` left there (which would spare it the profiling steps).
+RUNS["auto-flat"] = _ours(lambda args: _auto(args, cache=False), hierarchy="flat")
 # Our fp16 two-level: on several hosts of several ranks, full precision inside the host and
 # 16 bits across hosts; elsewhere PyTorch's fp16 hook, bit for bit.
 RUNS["fp16-ours"] = _ours(lambda args: "fp16", hierarchy="two_level")
