@@ -10,7 +10,7 @@ messages arrive in), then applies FSDP's reduction: ``SUM``, ``AVG`` (divides by
 after the collective itself where it wants to (fp16), so those factors need nothing here.
 
 * Inputs of fewer than ``min_numel`` elements (default 16384) and dtypes other than float32
-  and bfloat16 go through ``torch.distributed.reduce_scatter_tensor`` on the group, exact.
+  and bfloat16 go through torch.distributed's reduce-scatter on the group, exact.
 * Error feedback (on by default) keeps what the payloads missed and adds it to the next
   call's input, one residual per input (element count, dtype) on each instance. FSDP2 does
   not say which parameter group a call belongs to, and its input buffers are allocated
@@ -289,14 +289,19 @@ def _scale(op: Any, p: int) -> float:
                      f"PREMUL_SUM(factor), got {op!r}")
 
 
+#: torch.distributed's tensor reduce-scatter (``reduce_scatter_single`` where this torch has it;
+#: ``reduce_scatter_tensor``, its older name, is deprecated there)
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+
+
 def _plain(out: torch.Tensor, x: torch.Tensor, group: Any, op: Any, scale: float,
            async_op: bool) -> Any:
     """The exact reduce-scatter on the group: a sum, then the factor (gloo has no AVG and no
     PREMUL_SUM)."""
     if not x.is_floating_point():
-        return dist.reduce_scatter_tensor(out, x, op=op, group=group, async_op=async_op)
-    work = dist.reduce_scatter_tensor(out, x.contiguous(), op=dist.ReduceOp.SUM, group=group,
-                                      async_op=True)
+        return _REDUCE_SCATTER(out, x, op=op, group=group, async_op=async_op)
+    work = _REDUCE_SCATTER(out, x.contiguous(), op=dist.ReduceOp.SUM, group=group,
+                           async_op=True)
     if async_op and scale == 1.0:
         return work
     if not async_op:

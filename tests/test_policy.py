@@ -395,13 +395,14 @@ def test_a_standing_decision_yields_only_to_a_clear_gain(fp16_s: float, kept: bo
                                                        monkeypatch) -> None:
     """Deciding again, the plan in place stays unless the new one is predicted faster by the
     margin: 5% is noise (kept), half the step is not (replaced). The codec timings are
-    pinned: on a busy machine a slow fp16 encode would clear the margin on its own."""
+    pinned (a steady clock, and no cache, whose codec speeds another test measured on this
+    machine): on a busy machine a slow fp16 encode would clear the margin on its own."""
     from collectives.policy import profile
 
     monkeypatch.setattr(profile, "time", SteadyClock())
     latency = {**TRUE_S, "fp16": fp16_s}
     policy = AutoPolicy(max_error=0.3, first=0, probe_steps=1, cost=FAST, latency=latency,
-                        min_numel=0)
+                        min_numel=0, cache=False)
     comm = Ranks()
     policy.update(comm, 0)
     rng = np.random.default_rng(0)

@@ -130,6 +130,31 @@ def test_noise_enters_adams_second_moment() -> None:
     np.testing.assert_allclose(sq, 1 + 999 * 0.99 ** 2, rtol=0.01)
 
 
+def test_a_residual_counts_in_what_adam_receives() -> None:
+    """Error feedback's residual is sent later and divided by the root of the second moment
+    of what arrives: a quantizer's residual on coordinates drowned in its noise counts one
+    step each at most (not the noise over their tiny gradient, 10^4 steps each), while
+    top-k's residual on the coordinates it does not send still counts the steps of gradient
+    it holds back."""
+    m = Moments()
+    g = np.full(1000, 1e-6)
+    g[0] = 1.0
+    for step in range(5):
+        m.add("k", g, step)
+    noisy = g.copy()
+    noisy[1:] += 1e-2
+    residual = np.zeros_like(g)
+    residual[1:] = -1e-2  # what the quantizer owes: its noise, back
+    _, sq, res, _ = m.measure("k", noisy, residual)
+    assert 0.9 < res < 1.05 and sq > 900  # about one step on each of 999 coordinates
+    sparse = np.zeros_like(g)
+    sparse[0] = 1.0  # top-k: the large coordinate only
+    held = np.zeros_like(g)
+    held[1:] = 5 * g[1:]  # five steps of the small coordinates' gradient, held back
+    _, _, res, _ = m.measure("k", sparse, held)
+    assert res > 10  # 999 coordinates of (5 / sqrt(2))^2 over about 981
+
+
 def test_moments_are_adams_bias_corrected_second_moment() -> None:
     m, rng = Moments(), np.random.default_rng(0)
     grads = [rng.standard_normal(64) for _ in range(3)]

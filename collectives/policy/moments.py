@@ -9,7 +9,7 @@ profiler keeps v per sampled coordinate, as Adam does (an exponential mean with
 beta2 = 0.999, bias-corrected: over a few profiled steps, the mean of g^2), and measures
 
     error    = ||g_sent / d_sent - g / d|| / ||g / d||
-    residual = ||r / d||^2 / ||g / d||^2           (error feedback's residual r)
+    residual = ||r / d_sent||^2 / ||g / d||^2      (error feedback's residual r)
 
     d = sqrt(v) + eps (Adam's eps, 1e-8),   d_sent = sqrt(v + (g_sent - g)^2) + eps
 
@@ -20,6 +20,11 @@ its mean), so a coordinate whose gradient drowns in that noise moves by about th
 rate at random, not by noise over the gradient's own small root. That is still an error of
 the whole step's size on that coordinate, and a compressor that drowns many coordinates
 (8 bits where a bucket's range dwarfs most of its values, top-k's zeros) is still ruled out.
+The residual is what error feedback sends later, and Adam divides it by the same d_sent when
+it arrives: a quantizer's residual on a drowned coordinate is one step of it, at most, not
+noise over the gradient's tiny root, while top-k's residual on the coordinates it does not
+send (there g_sent - g = -g, so d_sent is about the gradient's own scale) still counts the
+steps of gradient it withholds, and keeps growing.
 v is over all the probe steps: the first steps' v, one or two squares, is
 near zero wherever a gradient happened to be, which Adam's v over many steps is not (so
 ``probe_steps`` of 5 or more measure this well). A coordinate whose v is zero (no gradient
@@ -93,7 +98,7 @@ class Moments:
             d_sent = np.sqrt(np.square(root) + np.square(s64 - g64)) + EPS
             err = float(np.square(s64 / d_sent - scaled).sum())
             res = float(np.square(np.asarray(residual, np.float64).reshape(-1)
-                                  / (root + EPS)).sum())
+                                  / d_sent).sum())
         if not (np.isfinite(err) and np.isfinite(res)):
             return 0.0, 0.0, 0.0, False
         unbounded = bool(zero.any() and (s64[zero] != 0).any())

@@ -50,6 +50,10 @@ CATALOG: dict[str, Entry] = {
     "bench tta": Entry(
         "bench_tta", "time to accuracy: train until DDP's quality with PyTorch's DDP hooks "
         "and compcoll's", "compcoll bench tta -np 2 --model cnn"),
+    "bench fsdp": Entry(
+        "bench_fsdp", "FSDP2 training with its own reduce-scatter (float32, bf16) and "
+        "compcoll's (flat and two-level)",
+        "compcoll bench fsdp -np 4 --model mlp-wide --steps 30"),
     "emulate cleanup": Entry(
         "emulate", "remove namespaces left by killed --link runs (cc<pid>-*)",
         "compcoll emulate cleanup --dry-run"),
