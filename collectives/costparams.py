@@ -20,6 +20,21 @@ def _check(name: str, value: float) -> None:
         raise ValueError(f"{name} must be >= 0, got {value}")
 
 
+def several_per_host(sizes: tuple[int, ...]) -> bool:
+    """Whether hosts of ``sizes`` ranks (ranks per host, in host order) are where a call may
+    run two-level on its own ("auto"): several hosts of the same size, more than one rank
+    each (one host has nothing to cross, one rank per host nothing to reduce inside it, and
+    shards of unequal hosts would not line up).
+
+    Example::
+
+        >>> from collectives.costparams import several_per_host
+        >>> several_per_host((2, 2)), several_per_host((4,)), several_per_host((1, 1, 1))
+        (True, False, False)
+    """
+    return len(sizes) > 1 and len(set(sizes)) == 1 and sizes[0] > 1
+
+
 @dataclass(frozen=True)
 class Link:
     """One link class: seconds per message (alpha) and seconds per byte (beta)."""

@@ -31,7 +31,7 @@ from ..algorithms.common import Job, Steps, partition
 from ..buffers import Prepared
 from ..config import defaults
 from ..costmodel import SchemeLoad
-from ..costparams import CostParams
+from ..costparams import CostParams, several_per_host
 from ..progress import Handle
 from ..topology import host_comms, topology
 from ..transport.base import Communicator
@@ -63,7 +63,7 @@ def levels(c: Communicator, hierarchy: str, comp: Compressor, timeout: float | N
     if hierarchy == "flat" or c.size == 1:
         return None
     topo = topology(c, timeout=timeout)
-    if hierarchy == "auto" and not (1 < topo.n_hosts < c.size and topo.uniform
+    if hierarchy == "auto" and not (several_per_host(topo.sizes)
                                     and not comp.capabilities.allreduce_steps):
         return None
     if hierarchy == "auto" and numel is not None and not pays(

@@ -13,6 +13,7 @@ import compressors
 from .. import costmodel, pricing
 from ..compressed import feasible
 from ..compressed.checks import HIERARCHIES
+from ..costparams import several_per_host
 from .dp import solve
 from .layers import Layer
 
@@ -46,8 +47,7 @@ def price(p: int, layer: Layer, spec: str, col: np.ndarray, cost: costmodel.Cost
 def crosses_hosts(p: int, cost: costmodel.CostParams) -> bool:
     """Whether ``cost`` places ``p`` ranks on several hosts of the same size, several ranks
     each (where a compressed call may run two-level)."""
-    sizes = cost.layout(p)
-    return len(sizes) > 1 and len(set(sizes)) == 1 and sizes[0] > 1
+    return several_per_host(cost.layout(p))
 
 
 def latency(p: int, spec: str, cost: costmodel.CostParams) -> float:
