@@ -108,15 +108,21 @@ def test_a_compressor_that_sends_where_adams_v_is_zero_is_ruled_out() -> None:
     assert crit.rel[0][3] < 0.5  # 4 bits: bounded, and rounding error on the touched rows
 
 
-def test_noise_enters_adams_second_moment() -> None:
-    """Adam divides what it receives by the root of that's second moment: a coordinate whose
-    gradient drowns in a compressor's noise moves about one learning rate at random, an error
-    of at most about its own step, not the noise over the gradient's tiny root."""
+def one_large_coordinate() -> tuple[Moments, np.ndarray]:
+    """Moments (key "k") of five steps of one gradient: a coordinate of 1, 999 of 1e-6."""
     m = Moments()
     g = np.full(1000, 1e-6)
     g[0] = 1.0
     for step in range(5):
         m.add("k", g, step)
+    return m, g
+
+
+def test_noise_enters_adams_second_moment() -> None:
+    """Adam divides what it receives by the root of that's second moment: a coordinate whose
+    gradient drowns in a compressor's noise moves about one learning rate at random, an error
+    of at most about its own step, not the noise over the gradient's tiny root."""
+    m, g = one_large_coordinate()
     noisy = g.copy()
     noisy[1:] += 1e-2  # noise 10^4 times the small coordinates' gradient
     err, sq, _, unbounded = m.measure("k", noisy, np.zeros_like(g))
@@ -136,11 +142,7 @@ def test_a_residual_counts_in_what_adam_receives() -> None:
     step each at most (not the noise over their tiny gradient, 10^4 steps each), while
     top-k's residual on the coordinates it does not send still counts the steps of gradient
     it holds back."""
-    m = Moments()
-    g = np.full(1000, 1e-6)
-    g[0] = 1.0
-    for step in range(5):
-        m.add("k", g, step)
+    m, g = one_large_coordinate()
     noisy = g.copy()
     noisy[1:] += 1e-2
     residual = np.zeros_like(g)

@@ -151,8 +151,8 @@ def run(args: argparse.Namespace) -> int:
     models = checks.names(args.model, "--model", MODELS)
     runs = checks.names(args.runs, "--runs", RUNS)
     if args.steps < WARM + 5:
-        raise UsageError(f"need --steps >= {WARM + 5} (the first {WARM} are "
-                                f"warm-up), got {args.steps}")
+        raise UsageError(f"need --steps >= {WARM + 5} (the first {WARM} are warm-up), "
+                         f"got {args.steps}")
     emulated.check_arguments(args)
     code = common.launch(args)
     if code is not None:
@@ -174,13 +174,7 @@ def run(args: argparse.Namespace) -> int:
     lines += [report.format_row(r, COLUMNS) for r in rows]
     if mpi.rank == 0:
         print("\n".join(lines), flush=True)
-        if args.json:
-            report.write_json(args.json, meta, rows)
-        if args.txt:
-            with open(args.txt, "w") as f:
-                f.write("\n".join(lines) + "\n")
-        if args.plot:
-            report.plot(args.plot, rows, f"compcoll bench fsdp, {mpi.size} ranks"
-                        + (f", link {args.link}" if args.link else ""))
+        report.write_outputs(args, meta, rows, lines, f"compcoll bench fsdp, {mpi.size} ranks"
+                             + (f", link {args.link}" if args.link else ""))
     common.finish()
     return 0

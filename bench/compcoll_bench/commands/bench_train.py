@@ -110,17 +110,7 @@ def run(args: argparse.Namespace) -> int:
             lines += [f"# auto policy decisions, {row['model']}:", row["decisions"]]
     if mpi.rank == 0:
         print("\n".join(lines[2 + len(rows):]))
-        _write(args, mpi, rows, lines)
+        report.write_outputs(args, common.meta(args, mpi), rows, lines,
+                             f"compcoll bench train, {mpi.size} ranks")
     common.finish()
     return 0 if all(r["ranks_agree"] for r in rows) else 1
-
-
-def _write(args: argparse.Namespace, mpi: Any, rows: list[dict], lines: list[str]) -> None:
-    meta = common.meta(args, mpi)
-    if args.json:
-        report.write_json(args.json, meta, rows)
-    if args.txt:
-        with open(args.txt, "w") as f:
-            f.write("\n".join(lines) + "\n")
-    if args.plot:
-        report.plot(args.plot, rows, f"compcoll bench train, {mpi.size} ranks")

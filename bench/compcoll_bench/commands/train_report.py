@@ -36,6 +36,19 @@ def write_json(path: str, meta: dict[str, Any], rows: list[dict[str, Any]]) -> N
         f.write("\n")
 
 
+def write_outputs(args: Any, meta: dict[str, Any], rows: list[dict[str, Any]],
+                  lines: list[str], title: str) -> None:
+    """What ``--json``, ``--txt`` and ``--plot`` ask for: the rows with ``meta``, the table's
+    ``lines``, the loss curves under ``title``."""
+    if args.json:
+        write_json(args.json, meta, rows)
+    if args.txt:
+        with open(args.txt, "w") as f:
+            f.write("\n".join(lines) + "\n")
+    if args.plot:
+        plot(args.plot, rows, title)
+
+
 def plot(path: str, rows: list[dict[str, Any]], title: str) -> None:
     """One panel per model: every run's (smoothed) training loss against the step."""
     import matplotlib
