@@ -72,7 +72,7 @@ from . import torchwork
 from .algorithms import ring
 from .algorithms.common import Job
 from .compressed import hierarchical, make_ctx, resolve_compressor
-from .compressed.checks import HIERARCHIES, check_feedback
+from .compressed.checks import HIERARCHIES, check_feedback, known_hierarchy
 from .compressed.common import Ctx, wire_sizes
 from .config import defaults
 from .errors import MismatchError
@@ -104,9 +104,7 @@ class CompressedReduceScatter(ReduceScatter):
             raise ValueError(f"min_numel must be an integer >= 0, got {min_numel!r}")
         self.feedback = compressors.ErrorFeedback(self.compressor) if error_feedback else None
         check_feedback(self.feedback, self.compressor)
-        if hierarchy not in HIERARCHIES:
-            raise ValueError(f"hierarchy must be one of {', '.join(HIERARCHIES)}, "
-                             f"got {hierarchy!r}")
+        known_hierarchy(hierarchy)
         self.min_numel, self.timeout, self.hierarchy = min_numel, timeout, hierarchy
         self.calls = {"compressed": 0, "plain": 0, "two_level": 0}
         self._steps: dict[str, int] = {}

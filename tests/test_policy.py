@@ -436,6 +436,8 @@ def test_the_policy_prices_calls_as_the_hook_runs_them(hierarchy: str, monkeypat
         policy.observe(0, layer, rng.standard_normal(layer.numel), bucket=0)
     policy.update(comm, 1, hierarchy=hierarchy)
     assert seen and set(seen) == {hierarchy}
+    with pytest.raises(ValueError, match="hierarchy must be one of auto, flat, two_level"):
+        policy.update(comm, 2, hierarchy="hosts")
 
 
 def test_decisions_are_logged_on_rank_zero(caplog) -> None:

@@ -56,11 +56,16 @@ def check_algorithms(algorithm: str, sparse_algorithm: str, k: int | None) -> No
 HIERARCHIES = ("auto", "flat", "two_level")
 
 
+def known_hierarchy(hierarchy: str) -> None:
+    """ValueError unless ``hierarchy`` is one of ``HIERARCHIES``."""
+    if hierarchy not in HIERARCHIES:
+        raise ValueError(f"unknown hierarchy {hierarchy!r} (hierarchy must be one of "
+                         f"{', '.join(HIERARCHIES)})")
+
+
 def check_hierarchy(hierarchy: str, comp: Compressor, algorithm: str) -> None:
     """Unknown hierarchies, and compressors whose payloads a shard cannot carry, raise here."""
-    if hierarchy not in HIERARCHIES:
-        raise ValueError(f"unknown hierarchy {hierarchy!r}; available: "
-                         f"{', '.join(HIERARCHIES)}")
+    known_hierarchy(hierarchy)
     if hierarchy == "two_level" and comp.capabilities.allreduce_steps:
         raise ValueError(f"hierarchy='two_level' cannot carry {comp.name}: it compresses "
                          "matrices and a host's shard is a flat slice; use hierarchy='flat'")

@@ -7,7 +7,7 @@ from typing import Any
 
 import compressors
 
-from ..compressed.checks import HIERARCHIES
+from ..compressed.checks import known_hierarchy
 from ..config import check_timeout
 from ..policy import Layer, Policy, as_policy, layer_of, model_layers
 from . import checkpoint
@@ -44,9 +44,7 @@ class CompressionState:
         if isinstance(start_step, bool) or not (isinstance(start_step, int) and start_step >= 0):
             raise ValueError(f"start_step must be an integer >= 0, got {start_step!r}")
         check_timeout(timeout)  # a positive finite number of seconds, or None (the default)
-        if hierarchy not in HIERARCHIES:
-            raise ValueError(f"hierarchy must be one of {', '.join(HIERARCHIES)}, "
-                             f"got {hierarchy!r}")
+        known_hierarchy(hierarchy)
         self.process_group, self.comm_arg = process_group, comm
         self.policy: Policy = as_policy(policy)
         self.error_feedback, self.start_step = error_feedback, start_step

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from .. import costmodel
+from ..compressed.checks import known_hierarchy
 from . import latency as latencies
 from . import report
 from .base import Policy
@@ -84,7 +85,6 @@ class AutoPolicy(Whole, Policy):
         self.cached = False  # the measurements came from the cache
         self._called = False  # update has run (on this communicator)
         self._unsaved = False  # measurements the cache does not hold yet
-        self._hierarchy = "auto"  # how the hook's compressed calls cross hosts (update's)
         self._layout, self._probing = Layout(), Probing(cfg)
         self._cache, self._decider, self._quality = CacheFile(cfg), Decider(cfg), Quality(cfg)
         self._trial = Trial(cfg)
@@ -134,7 +134,7 @@ class AutoPolicy(Whole, Policy):
         """Read or finish the measurements, decide when due (see ``Policy.update``).
         Collective when it reads the cache, profiles or decides."""
         cfg, probing, dec, old = self.config, self._probing, self._decider, dict(self.decisions)
-        self._hierarchy = hierarchy
+        known_hierarchy(hierarchy)
         if not self._called:  # the first step pays the one-time costs: the link's fit too
             self._called = True
             if self._costs.wants_fit() or cfg.cache and not cfg.link:
@@ -156,7 +156,7 @@ class AutoPolicy(Whole, Policy):
         if probing.active and step >= probing.end():
             self._cache.keep_speeds(comm, probing.finish(comm))
             self._unsaved = True
-            self._decide(comm, step, plain, "measured" if dec.last is None
+            self._decide(comm, step, plain, hierarchy, "measured" if dec.last is None
                          else "new layers measured")
         elif probing.active:
             self._costs.round(comm, plain)  # spread over the profiling steps
@@ -167,14 +167,15 @@ class AutoPolicy(Whole, Policy):
                 dec.keep(step)
                 self.log.append({"step": step, "event": "kept (live shares unchanged)"})
             else:
-                self._decide(comm, step, plain, dec.why_now(self.cached))
+                self._decide(comm, step, plain, hierarchy, dec.why_now(self.cached))
         if self._unsaved:  # measured something new: keep it for the next run
             self._cache.write(comm, self._layout, self.measurements, self.measured,
                               self.fitted)
             self._unsaved = False
         return old != self.decisions
 
-    def _decide(self, comm: Any, step: int, plain: str | None, reason: str) -> None:
+    def _decide(self, comm: Any, step: int, plain: str | None, hierarchy: str,
+                reason: str) -> None:
         self._decider.begin(step)
         if not self._layout.layers:  # no gradient was seen (the same on every rank)
             self.log.append({"step": step, "event": "nothing profiled; decisions kept"})
@@ -188,7 +189,7 @@ class AutoPolicy(Whole, Policy):
         old = dict(self.decisions)
         before = self._quality.before(comm, step)  # (collective when the check is on)
         out = self._decider.decide(comm, self._layout, self.measurements, cost, fixed,
-                                   self._hierarchy)
+                                   hierarchy)
         self.log.append({"step": step, "event": f"decided ({reason})",
                          "predicted_s": out.total, "error": self.total_error,
                          "collective_us": {k: v * 1e6 for k, v in self.collective_s.items()}})

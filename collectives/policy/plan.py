@@ -12,7 +12,7 @@ import compressors
 
 from .. import costmodel, pricing
 from ..compressed import feasible
-from ..compressed.checks import HIERARCHIES
+from ..compressed.checks import known_hierarchy
 from ..costparams import several_per_host
 from .dp import solve
 from .layers import Layer
@@ -32,16 +32,13 @@ def price(p: int, layer: Layer, spec: str, col: np.ndarray, cost: costmodel.Cost
     nbytes = 4 * max(layer.numel, 1)
     cs, ds = col[2] / nbytes, col[3] / nbytes
     args = (p, layer.numel, 4, int(col[4]), cost, cs, ds, int(col[5]))
-    if hierarchy not in HIERARCHIES:
-        raise ValueError(f"hierarchy must be one of {', '.join(HIERARCHIES)}, "
-                         f"got {hierarchy!r}")
-    two = hierarchy != "flat" and crosses_hosts(p, cost) \
-        and not comp.capabilities.allreduce_steps
-    flat = math.inf if two and hierarchy == "two_level" else \
-        min(pricing.predict_scheme(s, *args) for s in feasible(comp))
-    if not two:
-        return flat
-    return min(flat, min(sum(pricing.two_level_costs(s, *args)) for s in feasible(comp)))
+    known_hierarchy(hierarchy)
+    if hierarchy == "flat" or not crosses_hosts(p, cost) or comp.capabilities.allreduce_steps:
+        return min(pricing.predict_scheme(s, *args) for s in feasible(comp))
+    two = min(sum(pricing.two_level_costs(s, *args)) for s in feasible(comp))
+    if hierarchy == "two_level":
+        return two
+    return min(two, min(pricing.predict_scheme(s, *args) for s in feasible(comp)))
 
 
 def crosses_hosts(p: int, cost: costmodel.CostParams) -> bool:

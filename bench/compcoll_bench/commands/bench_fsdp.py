@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cli import UsageError, command
+from ..cli import command
 from . import checks
 from . import emulate as emulated
 from . import train_common as common
@@ -73,7 +73,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="also write the table to PATH")
     add_np_argument(p)
     emulated.add_link_arguments(p)
-    # what the training commands' shared start-up reads (our calls run on the gloo group)
+    # what the training commands' shared checks and start-up read (our calls run on the
+    # gloo group)
     p.set_defaults(comm="gloo", plan_link=None, scheme="auto")
 
 
@@ -148,12 +149,7 @@ def ratios(rows: list[dict[str, Any]]) -> None:
 
 @command("bench fsdp", arguments=_arguments)
 def run(args: argparse.Namespace) -> int:
-    models = checks.names(args.model, "--model", MODELS)
-    runs = checks.names(args.runs, "--runs", RUNS)
-    if args.steps < WARM + 5:
-        raise UsageError(f"need --steps >= {WARM + 5} (the first {WARM} are warm-up), "
-                         f"got {args.steps}")
-    emulated.check_arguments(args)
+    models, runs = common.check(args, MODELS, RUNS)  # (10 steps at least: WARM + 5)
     code = common.launch(args)
     if code is not None:
         return code
