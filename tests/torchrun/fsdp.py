@@ -24,7 +24,7 @@ from compcoll_bench.commands.train_models import task
 
 from torchrun_checks import Checks, P, R
 
-STEPS, BATCH = 150, 16
+STEPS, BATCH = 30, 16
 checks = Checks("torchrun fsdp")
 check = checks.check
 

@@ -104,7 +104,7 @@ def mismatch() -> None:
         check("hierarchy" in str(exc), f"the mismatch names the hierarchy: {exc}")
 
 
-def train(compressed: bool, steps: int = 80, batch: int = 16) -> float:
+def train(compressed: bool, steps: int = 30, batch: int = 16) -> float:
     t = task("cnn", 0)
     model = t.make()
     for layer in model.children():
