@@ -34,6 +34,7 @@ def test_each_profiling_step_observes_at_most_its_budget(tmp_path, monkeypatch) 
     """Seven weights of 16K-1M elements over five buckets: the steps spread them, a bucket
     stays whole where it fits, and a layer larger than the budget is profiled alone."""
     monkeypatch.setattr(profile, "time", SteadyClock())
+    monkeypatch.setattr(profile, "SAMPLE", 1 << 16)  # samples of 64K: the groups below
     sizes = [(65536, 65536), (131072,), (1 << 20,), (262144, 16384), (65536,)]
     buckets = [[Layer(f"b{b}.w{i}", n, (n // 64, 64), "linear") for i, n in enumerate(ns)]
                for b, ns in enumerate(sizes)]

@@ -38,8 +38,18 @@ from typing import Any
 
 import numpy as np
 
+from compressors.dtypes import lookup
+
+from .. import ops
+
 BETA2 = 0.999
 EPS = 1e-8
+F64 = lookup("float64")
+
+
+def _sum_squares(x: np.ndarray) -> float:
+    """One single-threaded pass over a contiguous double array (NaN and Inf propagate)."""
+    return ops.sum_squares(x, F64)
 
 
 class Moments:
@@ -95,10 +105,17 @@ class Moments:
         g64, root, scaled, sq, zero = now
         s64 = np.asarray(sent, np.float64).reshape(-1)
         with np.errstate(over="ignore", invalid="ignore"):
-            d_sent = np.sqrt(np.square(root) + np.square(s64 - g64)) + EPS
-            err = float(np.square(s64 / d_sent - scaled).sum())
-            res = float(np.square(np.asarray(residual, np.float64).reshape(-1)
-                                  / d_sent).sum())
+            # In place, in two buffers: this runs for every candidate and sampled element.
+            d_sent = np.subtract(s64, g64)
+            np.square(d_sent, out=d_sent)
+            d_sent += np.square(root)
+            np.sqrt(d_sent, out=d_sent)
+            d_sent += EPS
+            work = np.divide(s64, d_sent)
+            work -= scaled
+            err = _sum_squares(work)
+            np.divide(np.asarray(residual, np.float64).reshape(-1), d_sent, out=work)
+            res = _sum_squares(work)
         if not (np.isfinite(err) and np.isfinite(res)):
             return 0.0, 0.0, 0.0, False
         unbounded = bool(zero.any() and (s64[zero] != 0).any())

@@ -39,15 +39,20 @@ from .moments import Moments
 __all__ = ["PER_CANDIDATE", "RESIDUAL", "SAMPLE", "Profiler", "combine", "plain_first",
            "sample"]
 
-F32 = lookup("float32")
+F32, F64 = lookup("float32"), lookup("float64")
 
 REPEATS = 5
-#: Elements a large layer is profiled on: every s-th row (or element) of it, with times,
-#: bytes and sums scaled by the layer's size over the sample's. The codecs are linear in the
-#: elements, and an elementwise, blockwise or top-k coder's relative error is the sample's
-#: (a low-rank one's too, closely: rows drawn from a low-rank matrix keep its rank), so
-#: profiling costs about the same for any layer size.
-SAMPLE = 1 << 16
+#: Elements a large layer is profiled on: a random set of its rows (and of its columns where
+#: the rows alone would be too few), with times, bytes and sums scaled by the layer's size
+#: over the sample's. The codecs are linear in the elements, and an elementwise, blockwise or
+#: top-k coder's relative error is the sample's (a low-rank one's too, closely: a submatrix
+#: drawn from a low-rank matrix keeps its rank), so profiling costs about the same for any
+#: layer size: 16K elements code in well under a millisecond per candidate, and measure a
+#: relative error to about 1%.
+SAMPLE = 1 << 14
+#: Rows a matrix's sample keeps at least (then fewer columns): a rank-r approximation of a
+#: few rows of noise would look far better than of the whole matrix.
+MIN_ROWS = 64
 
 
 def _factors(comp: Any, shape: tuple[int, ...]) -> int:
@@ -58,18 +63,29 @@ def _factors(comp: Any, shape: tuple[int, ...]) -> int:
 def sample(g: np.ndarray, name: str = "") -> np.ndarray:
     """A fixed random set of about 1/s of the rows of ``g`` (of its elements when it has
     fewer rows than s), in order, at most about ``SAMPLE`` elements; ``g`` itself when it is
-    that small. The set depends only on ``name`` and the shape, so every rank and every step
-    sees the same rows (a shadow residual follows them). Random, not every s-th: a strided
-    sample aliases with hashed or periodic layouts (an embedding table indexed by a
-    multiplicative hash puts a handful of common tokens on every 16th row)."""
+    that small. Where that leaves fewer than ``MIN_ROWS`` rows of a wide matrix, it takes
+    ``MIN_ROWS`` rows and a random set of columns instead (the same number of elements). The
+    set depends only on ``name`` and the shape, so every rank and every step sees the same
+    elements (a shadow residual follows them). Random, not every s-th: a strided sample
+    aliases with hashed or periodic layouts (an embedding table indexed by a multiplicative
+    hash puts a handful of common tokens on every 16th row)."""
     s = -(-g.size // SAMPLE)
     if s <= 1:
         return g
     rows = g.ndim >= 2 and g.shape[0] >= s
     n = g.shape[0] if rows else g.size
-    pick = np.sort(np.random.default_rng(zlib.crc32(f"{name}{g.shape}".encode()))
-                   .choice(n, n // s, replace=False))
-    return np.ascontiguousarray(g[pick] if rows else g.reshape(-1)[pick])
+    rng = np.random.default_rng(zlib.crc32(f"{name}{g.shape}".encode()))
+    k = max(n // s, min(n, MIN_ROWS)) if rows else n // s
+    pick = np.sort(rng.choice(n, k, replace=False))
+    if not rows:
+        return np.ascontiguousarray(g.reshape(-1)[pick])
+    part = g[pick].reshape(k, -1)
+    m = part.shape[1]
+    if k * m > SAMPLE and m > 1:  # too few rows: fewer columns of more of them
+        cols = np.sort(rng.choice(m, max(1, SAMPLE // k), replace=False))
+        part = part[:, cols]
+    return np.ascontiguousarray(part.reshape(k, *g.shape[1:]) if part.shape[1] == m
+                                else part)
 
 
 class Profiler:
@@ -105,11 +121,14 @@ class Profiler:
         row[0] += ops.sum_squares(g.reshape(-1), F32)
         cols = row[1:].reshape(-1, PER_CANDIDATE)
         timed = part is not g and layer.name in self.whole
+        norms: dict[int, float] = {}  # the squared norm of each input coded (part, or g)
         for c, spec in enumerate(self.candidates):
             comp, ef = self.comps[spec], self.feedback[spec]
             low_rank = bool(comp.capabilities.allreduce_steps)
             src = g if low_rank and part.ndim != g.ndim else part  # low rank: a matrix
             scale = g.size / src.size
+            if id(src) not in norms:
+                norms[id(src)] = ops.sum_squares(src.reshape(-1), F32)
             key = Moments.key(layer.name, src)
             self.moments.add(key, src, step)
             priced = self.priced(spec)
@@ -133,17 +152,22 @@ class Profiler:
                 y = comp.decompress(payload)
                 tc, td = min(tc, t1 - t0), min(td, time.perf_counter() - t1)
             ef.update_sent(layer.name, x, y)
-            d = (np.asarray(x, np.float64) - np.asarray(y, np.float64)).reshape(-1)
+            # Each array in double once: what was sent, the input, and d, their difference.
+            y64 = np.asarray(y, np.float64).reshape(-1)
             xs = np.asarray(x, np.float64).reshape(-1)
-            cols[c, 0] += scale * np.square(d).sum() if np.isfinite(d).all() else 0.0
-            cols[c, 1] += scale * np.square(xs).sum() if np.isfinite(xs).all() else 0.0
+            d = xs - y64
+            # (the one-pass kernel, single-threaded: no BLAS thread team, no temporaries)
+            dd, xx = ops.sum_squares(d, F64), ops.sum_squares(xs, F64)
+            ok = np.isfinite(dd)
+            cols[c, 0] += scale * dd if ok else 0.0
+            cols[c, 1] += scale * xx if np.isfinite(xx) else 0.0
             # The residual is now d (x less what was sent): its size in steps of gradient.
-            gs = float(np.square(np.asarray(src, np.float64)).sum())
-            cols[c, RESIDUAL] = float(np.square(d).sum()) / gs if gs > 0 and \
-                np.isfinite(d).all() else 0.0
+            gs = norms[id(src)]
+            cols[c, RESIDUAL] = dd / gs if gs > 0 and ok else 0.0
             if priced:
                 cols[c, 2:4] = seconds(self.speeds[spec], layer.numel)
-            elif not timed or low_rank:  # a sampled layer keeps the times taken on all of it
+            elif not (timed and comp.capabilities.sparse) or low_rank:
+                # (a sampled layer keeps the times a sparse coder took on all of it)
                 cols[c, 2] = min(cols[c, 2], scale * tc)
                 cols[c, 3] = min(cols[c, 3], scale * td)
             # A low-rank payload grows with the rows (P), not the columns (Q): the layer's own.
@@ -153,7 +177,7 @@ class Profiler:
             kept = scale * payload.buffers["values"].size if comp.capabilities.sparse \
                 else layer.numel
             cols[c, 5] = max(cols[c, 5], min(kept, layer.numel))
-            err, sq, res, unbounded = self.moments.measure(key, y, d)
+            err, sq, res, unbounded = self.moments.measure(key, y64, d)
             # At the last probe step, with v over all of them (``moments``).
             cols[c, col.ADAM_ERR], cols[c, col.ADAM_SQ] = scale * err, scale * sq
             cols[c, col.ADAM_RESIDUAL] = res
@@ -164,15 +188,17 @@ class Profiler:
         return spec in self.speeds and not self.comps[spec].capabilities.sparse
 
     def _time_whole(self, layer: Layer, g: np.ndarray, cols: np.ndarray) -> None:
-        """Compress and decompress times of every candidate on the whole of a sampled layer,
-        once, on its first gradient. A sample's times scaled by the size are right for a
-        codec linear in the elements, but not for one whose cost follows the data: exact
-        top-k of a gradient sparser than k takes every nonzero in one merge (1.3 ms on a
-        4.2M-row embedding table), while 64 calls on 1/64 samples cost 14 ms."""
+        """Compress and decompress times of the sparse candidates on the whole of a sampled
+        layer, once, on its first gradient. A sample's times scaled by the size are right for
+        a codec linear in the elements (a dense one: those are taken on the sample, at a
+        fraction of the cost), but not for one whose cost follows the data: exact top-k of a
+        gradient sparser than k takes every nonzero in one merge (1.3 ms on a 4.2M-row
+        embedding table), while 64 calls on 1/64 samples cost 14 ms."""
         for c, spec in enumerate(self.candidates):
             comp = self.comps[spec]
-            if comp.capabilities.allreduce_steps or self.priced(spec):  # (low rank: timed
-                continue  # on its sample's rows)
+            if not comp.capabilities.sparse or comp.capabilities.allreduce_steps or \
+                    self.priced(spec):  # (low rank: timed on its sample's rows)
+                continue
             for _ in range(2):  # the first call also pays for fresh output memory
                 t0 = time.perf_counter()
                 payload = comp.compress(g, name=layer.name, step=0)
