@@ -40,12 +40,25 @@ void reduce_native(T* __restrict dst, const T* __restrict src, size_t n) {
   for (ptrdiff_t i = 0; i < ptrdiff_t(n); ++i) dst[i] = combine<T>(dst[i], src[i], OP);
 }
 
-template <float (*Load)(uint16_t), uint16_t (*Store)(float), Op OP>
+// Widen and round a block at a time (the bulk conversions vectorize; the combine between
+// them is plain fp32): the same bits as converting element by element.
+using LoadN = void (*)(const uint16_t*, float*, size_t);
+using StoreN = void (*)(const float*, uint16_t*, size_t);
+constexpr size_t kHalfBlock = 512;
+
+template <LoadN Load, StoreN Store, Op OP>
 void reduce_half(uint16_t* __restrict dst, const uint16_t* __restrict src, size_t n) {
   int nt = num_threads();
+  ptrdiff_t blocks = ptrdiff_t((n + kHalfBlock - 1) / kHalfBlock);
 #pragma omp parallel for num_threads(nt) if (nt > 1 && n > kParallelGrain) schedule(static)
-  for (ptrdiff_t i = 0; i < ptrdiff_t(n); ++i)
-    dst[i] = Store(combine<float>(Load(dst[i]), Load(src[i]), OP));
+  for (ptrdiff_t b = 0; b < blocks; ++b) {
+    size_t lo = size_t(b) * kHalfBlock, m = std::min(kHalfBlock, n - lo);
+    float a[kHalfBlock], c[kHalfBlock];
+    Load(dst + lo, a, m);
+    Load(src + lo, c, m);
+    for (size_t i = 0; i < m; ++i) a[i] = combine<float>(a[i], c[i], OP);
+    Store(a, dst + lo, m);
+  }
 }
 
 template <class T>
@@ -60,7 +73,7 @@ void dispatch_native(void* d, const void* s, size_t n, Op op) {
   }
 }
 
-template <float (*Load)(uint16_t), uint16_t (*Store)(float)>
+template <LoadN Load, StoreN Store>
 void dispatch_half(void* d, const void* s, size_t n, Op op) {
   auto* dst = static_cast<uint16_t*>(d);
   auto* src = static_cast<const uint16_t*>(s);
@@ -74,8 +87,8 @@ void dispatch_half(void* d, const void* s, size_t n, Op op) {
 
 void reduce_raw(void* dst, const void* src, size_t n, DType t, Op op) {
   switch (t) {
-    case DType::f16: return dispatch_half<f16_to_float, float_to_f16>(dst, src, n, op);
-    case DType::bf16: return dispatch_half<bf16_to_float, float_to_bf16>(dst, src, n, op);
+    case DType::f16: return dispatch_half<f16_to_float_n, float_to_f16_n>(dst, src, n, op);
+    case DType::bf16: return dispatch_half<bf16_to_float_n, float_to_bf16_n>(dst, src, n, op);
     case DType::f32: return dispatch_native<float>(dst, src, n, op);
     case DType::f64: return dispatch_native<double>(dst, src, n, op);
     case DType::i8: return dispatch_native<int8_t>(dst, src, n, op);
@@ -94,12 +107,19 @@ void scale_native(T* x, size_t n, double f) {
   for (ptrdiff_t i = 0; i < ptrdiff_t(n); ++i) x[i] = x[i] * ft;
 }
 
-template <float (*Load)(uint16_t), uint16_t (*Store)(float)>
+template <LoadN Load, StoreN Store>
 void scale_half(uint16_t* x, size_t n, double f) {
   int nt = num_threads();
   float ff = float(f);
+  ptrdiff_t blocks = ptrdiff_t((n + kHalfBlock - 1) / kHalfBlock);
 #pragma omp parallel for num_threads(nt) if (nt > 1 && n > kParallelGrain) schedule(static)
-  for (ptrdiff_t i = 0; i < ptrdiff_t(n); ++i) x[i] = Store(Load(x[i]) * ff);
+  for (ptrdiff_t b = 0; b < blocks; ++b) {
+    size_t lo = size_t(b) * kHalfBlock, m = std::min(kHalfBlock, n - lo);
+    float a[kHalfBlock];
+    Load(x + lo, a, m);
+    for (size_t i = 0; i < m; ++i) a[i] *= ff;
+    Store(a, x + lo, m);
+  }
 }
 
 // Sum of squares in double, 8 partial sums so the loop vectorizes without reassociating a
@@ -144,8 +164,8 @@ void register_reduce(nb::module_& m) {
         void* p = view.get();
         struct Commit { AlignedView& v; ~Commit() { v.commit(); } } commit{view};
         switch (t) {
-          case DType::f16: return scale_half<f16_to_float, float_to_f16>(static_cast<uint16_t*>(p), n, factor);
-          case DType::bf16: return scale_half<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(p), n, factor);
+          case DType::f16: return scale_half<f16_to_float_n, float_to_f16_n>(static_cast<uint16_t*>(p), n, factor);
+          case DType::bf16: return scale_half<bf16_to_float_n, float_to_bf16_n>(static_cast<uint16_t*>(p), n, factor);
           case DType::f32: return scale_native<float>(static_cast<float*>(p), n, factor);
           case DType::f64: return scale_native<double>(static_cast<double*>(p), n, factor);
           default: throw std::invalid_argument("scale: only floating-point dtypes can be scaled");
@@ -183,8 +203,8 @@ void register_reduce(nb::module_& m) {
         AlignedView sv(src.data(), n * 2, 2), dv(dst.data(), n * 4, 4);
         auto* s = static_cast<const uint16_t*>(sv.get());
         auto* d = static_cast<float*>(dv.get());
-        if (t == DType::f16) for (size_t i = 0; i < n; ++i) d[i] = f16_to_float(s[i]);
-        else for (size_t i = 0; i < n; ++i) d[i] = bf16_to_float(s[i]);
+        if (t == DType::f16) f16_to_float_n(s, d, n);
+        else bf16_to_float_n(s, d, n);
         dv.commit();
       },
       nb::arg("src"), nb::arg("dst"), nb::arg("dtype"), "Widen fp16/bf16 bit patterns to float32.");
@@ -200,8 +220,8 @@ void register_reduce(nb::module_& m) {
         AlignedView sv(src.data(), n * 4, 4), dv(dst.data(), n * 2, 2);
         auto* s = static_cast<const float*>(sv.get());
         auto* d = static_cast<uint16_t*>(dv.get());
-        if (t == DType::f16) for (size_t i = 0; i < n; ++i) d[i] = float_to_f16(s[i]);
-        else for (size_t i = 0; i < n; ++i) d[i] = float_to_bf16(s[i]);
+        if (t == DType::f16) float_to_f16_n(s, d, n);
+        else float_to_bf16_n(s, d, n);
         dv.commit();
       },
       nb::arg("src"), nb::arg("dst"), nb::arg("dtype"),

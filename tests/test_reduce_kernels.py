@@ -76,6 +76,32 @@ def test_half_conversions_keep_nan_inf_and_round_to_even() -> None:
     assert np.array_equal(bh[1:], _bf16_bits(x[1:]))
 
 
+def test_fp16_conversions_match_numpy_for_every_half_and_a_wide_float_sample() -> None:
+    # Every fp16 bit pattern widens exactly; floats round to nearest even across the normal,
+    # subnormal and overflow ranges, whatever the length (vector body and scalar tail).
+    code = dtypes.lookup("float16").code
+    halves = np.arange(1 << 16, dtype=np.uint16)
+    wide = np.empty(halves.size, np.float32)
+    _compcoll.half_to_float(halves, wide, code)
+    want = halves.view(np.float16).astype(np.float32)
+    nan = np.isnan(want)
+    assert np.array_equal(wide[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    assert np.isnan(wide[nan]).all()
+    rng = np.random.default_rng(4)
+    bits = np.concatenate([rng.integers(0, 1 << 32, 1 << 20, dtype=np.uint64).astype(np.uint32),
+                           np.arange(0x33000000, 0x38900000, 97, dtype=np.uint32),  # subnormals
+                           np.arange(0x477FE000, 0x47800100, dtype=np.uint32)])  # to inf
+    x = bits.view(np.float32)
+    finite = ~np.isnan(x)
+    with np.errstate(over="ignore"):
+        want16 = x.astype(np.float16).view(np.uint16)
+    for n in (x.size, 1, 7, 8, 9, 1001):
+        h = np.empty(n, np.uint16)
+        _compcoll.float_to_half(x[:n].copy(), h, code)
+        assert np.array_equal(h[finite[:n]], want16[:n][finite[:n]])
+        assert np.isnan(h[~finite[:n]].view(np.float16)).all()
+
+
 def test_nan_propagates_through_min_and_max_from_either_side() -> None:
     a = np.array([np.nan, 1.0, 2.0], np.float32)
     b = np.array([0.0, np.nan, 1.0], np.float32)

@@ -60,7 +60,7 @@ def dense_oracle(a: str, p: int, nbytes: float, c: costmodel.CostParams,
         if len(sizes) == p:
             return dense_oracle("ring", p, nbytes, across, segment)
         if len(set(sizes)) == 1:  # pipelined in k chunks: the host's steps under the crossing
-            k = int(max(1, min(8, n // (4 << 20))))
+            k = int(max(1, min(8, n // (1 << 20))))
             i = dense_oracle("ring", sizes[0], n / k, inside, segment)
             x = dense_oracle("ring", len(sizes), n / sizes[0] / k, across, segment)
             return i + x if k == 1 else i + 2 * max(x, i / 2) + (k - 2) * max(x, i)
@@ -128,11 +128,11 @@ def two_level_oracle(s: str, p: int, numel: int, vb: int, payload: int,
                      segment: int | None) -> tuple[float, float]:
     """The ring inside the host on the intra class; the scheme on one shard (n/L elements,
     B/L bytes, k/L entries, 1/L of the coding) over the H hosts on the cross class; from
-    8 MB, a dense payload (not k < n entries) pipelined in m chunks of at least 4 MB (up to
-    8), a chunk's steps inside the host under another's crossing."""
+    2 MB of payload, a dense payload (not k < n entries) pipelined in m chunks of at least
+    1 MB of it (up to 8), a chunk's steps inside the host under another's crossing."""
     sizes = layout(p, c.hosts)
     hosts, local = len(sizes), sizes[0]
-    m = int(max(1, min(8, numel * vb // (4 << 20)))) \
+    m = int(max(1, min(8, payload // (1 << 20)))) \
         if hosts > 1 and local > 1 and not 0 < k < numel else 1
     inside = dense_oracle("ring", local, numel * vb / m, on(c, c.intra), segment)
     if hosts == 1:

@@ -77,7 +77,7 @@ def test_two_level_is_the_ring_inside_plus_the_ring_across_on_a_shard(hosts: int
         return (2 * (hosts - 1) * NIC.alpha + 2 * (hosts - 1) / hosts * (m / local) * b_cross
                 + (hosts - 1) / hosts * (m / local) * G)
 
-    small = 4 * MB  # one chunk: the steps one after another
+    small = MB  # one chunk: the steps one after another
     assert two_level.pieces(small) == 1
     assert costmodel.predict("two_level", p, small, c, SEG) == pytest.approx(
         inside(small) + across(small), rel=1e-12)
@@ -137,13 +137,13 @@ def test_auto_picks_two_level_across_a_slow_link_and_flat_where_links_are_alike(
     for n in (8, 4096, MB, 64 * MB):  # fewer latencies and fewer bytes across
         assert costmodel.predicted_best(8, n, slow) == "two_level", n
     alike = CostParams.of_hosts(NIC, NIC, G, (2, 2))  # a shared NIC as fast as inside
-    assert costmodel.predicted_best(4, 4 * MB, alike) != "two_level"
-    # In one chunk (4 MB) at 2 x 2 the two-level call moves n + n bytes one after the other
+    assert costmodel.predicted_best(4, MB, alike) != "two_level"  # (one chunk)
+    # In one chunk (1 MB) at 2 x 2 the two-level call moves n + n bytes one after the other
     # against the flat ring's 1.5 n: it wins once the NIC is more than twice as slow as the
     # links inside the host.
     for ratio, wins in ((1.5, False), (3.0, True)):
         c = CostParams.of_hosts(Link(0.0, 1e-9), Link(0.0, ratio * 1e-9), 0.0, (2, 2))
-        assert (costmodel.predicted_best(4, 4 * MB, c) == "two_level") == wins, ratio
+        assert (costmodel.predicted_best(4, MB, c) == "two_level") == wins, ratio
     # Pipelined (64 MB in 8 chunks, I and X a chunk's steps inside and across, X = ratio I)
     # the host's steps hide under the crossing: at most 8 max(I, X) against the flat ring's
     # 12 max(I, X) (it pays the slowest hop), whatever the ratio.

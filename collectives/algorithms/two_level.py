@@ -48,9 +48,11 @@ if TYPE_CHECKING:
 
 #: the flat algorithm (a registered name) of the cross-host step; "ring" by default
 CROSS = "ring"
-#: most chunks of a pipelined call, and the least bytes of one
+#: most chunks of a pipelined call, and the least bytes of one (on 2 x 2 emulated ranks at
+#: 1 Gbit/s, 7 MB float32 took 62 ms in 7 chunks against 69 ms in one; 16 MB 143 ms in 8,
+#: 148 ms in 4)
 PIECES = 8
-PIECE_BYTES = 4 << 20
+PIECE_BYTES = 1 << 20
 
 
 def pieces(nbytes: float) -> int:

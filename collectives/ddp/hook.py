@@ -118,6 +118,12 @@ def _start(state: CompressionState, comm: Any, g: Any, x: Any, step: int, st: di
     """Start one group's collective; returns its handle."""
     fb, check = state.feedback(g.spec), state.validate_once(g.name, g.spec, g.numel)
     plain = g.spec == "none"  # the identity twin: the engine's own allreduce
+    if g.spec in fastpath.HALF:
+        # 16 bits keep no residual (as PyTorch's hooks, see ``fastpath``): none is computed,
+        # decoded or carried, flat or two-level; one an earlier compressor held back for the
+        # group goes out once, added to its input here.
+        _send_held(fb, g.name, x)
+        fb = None
     if plain and (fb is None or g.name not in fb.residuals):
         return api.iallreduce(x, op="sum", comm=comm, out=x, timeout=state.timeout,
                               algorithm=state.group_algorithm(), validate=check)
@@ -127,9 +133,16 @@ def _start(state: CompressionState, comm: Any, g: Any, x: Any, step: int, st: di
                        scheme="dense" if plain else state.scheme, algorithm=algo,
                        timeout=state.timeout, stats=st, validate=check,
                        hierarchy=state.hierarchy)
-    if (plain or g.spec in fastpath.HALF) and fb is not None:
-        fb.residuals.pop(g.name, None)  # a residual moved here went out in full (or 16-bit)
+    if plain and fb is not None:
+        fb.residuals.pop(g.name, None)  # a residual moved here went out in full
     return h
+
+
+def _send_held(fb: Any, name: str, x: Any) -> None:
+    """Add the residual held for ``name`` (if any) to the group's input ``x`` and drop it."""
+    res = None if fb is None else fb.residuals.pop(name, None)
+    if res is not None:
+        x.reshape(-1).add_(torch.from_numpy(res.reshape(-1)).to(x.device, x.dtype))
 
 
 def _norm_observer(state: CompressionState, step: int, index: int) -> Any:

@@ -3,12 +3,13 @@
 A bucket whose plan is one 16-bit format throughout is sent as PyTorch's hook sends it (cast,
 divide, the engine's allreduce, copy back): the same operations in the same order, so the
 gradients must be the same bits, at any process count. A bucket that mixes formats takes the
-general path.
+general path; a residual held for a 16-bit group goes out once (16 bits keep none).
 Run: mpiexec -n P python tests/mpi/ddp_fastpath.py
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from ddp_common import backward, grads, init_gloo, make
@@ -52,6 +53,40 @@ def same_as_pytorch(chk: Checker, spec: str, cap: float) -> None:
     state.close()
 
 
+def held_residual_goes_once(chk: Checker) -> None:
+    """A residual held for a 16-bit group (left by an earlier compressor) goes out once, added
+    to the group's input; none is kept, and the next step is PyTorch's hook bit for bit."""
+    theirs, ours = make(25.0), make(25.0)
+    theirs.register_comm_hook(dist.group.WORLD, HOOKS["fp16"])
+    state = cddp.CompressionState(policy="fp16").bind(ours)
+    ours.register_comm_hook(state, cddp.compression_hook)
+    backward(theirs, 0)
+    backward(ours, 0)
+    fb, p, held = state.feedback("fp16"), dist.get_world_size(), 0.25
+    groups = [g for _, gs in state._groups.values() for g in gs]
+    names = [g.name for g in groups]
+    fb.residuals.update({g.name: np.full(g.numel, held, np.float32) for g in groups})
+    for step in (1, 2):
+        backward(theirs, step)
+        backward(ours, step)
+        a, b = grads(theirs), grads(ours)
+        for name in a:
+            if step == 1:  # every rank's residual added: the sum of them on top of the average
+                shift = b[name] - a[name]
+                chk.check(torch.allclose(shift, torch.full_like(shift, held * p),
+                                         atol=2e-3 * p, rtol=0),
+                          f"held residual: {name} moved by {float(shift.mean()):.4f}, "
+                          f"not {held * p}")
+            else:
+                chk.check(torch.equal(a[name], b[name]), f"after the residual: {name} differs")
+            chk.identical(b[name].numpy(), f"held residual step {step}: {name}")
+        chk.check(not set(names) & set(fb.residuals),
+                  f"step {step}: residuals kept for 16 bits: {sorted(fb.residuals)}")
+    chk.check(schemes(state, 2) == {"engine fp16"},
+              f"after the residual: fast path again, got {schemes(state, 2)}")
+    state.close()
+
+
 def mixed(chk: Checker) -> None:
     """fc1 in 8 bits, the rest fp16, in one bucket: the general path, close to DDP's."""
     plain, ours = make(25.0), make(25.0)
@@ -78,6 +113,7 @@ def main() -> None:
     for spec in HOOKS:
         chk.run(f"{spec}, one bucket", same_as_pytorch, chk, spec, 25.0)
         chk.run(f"{spec}, several buckets", same_as_pytorch, chk, spec, 0.004)
+    chk.run("held residual", held_residual_goes_once, chk)
     chk.run("mixed bucket", mixed, chk)
     dist.barrier()
     dist.destroy_process_group()
