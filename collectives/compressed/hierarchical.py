@@ -93,11 +93,21 @@ def pays(c: Communicator, comp: Compressor, numel: int, value_bytes: int,
     if not schemes:
         return True
     cost = costmodel.params(c, timeout=timeout)
+    # Priced once per fit, compressor and size (a DDP bucket asks every step); a new fit is
+    # a new object, so its answers are new too.
+    key = (id(cost), comp, numel, value_bytes, tuple(schemes))
+    known = c.cache.two_level_pays.get(key)
+    if known is not None and known[0] is cost:
+        return known[1]
     cs, ds, per_elem, kept = measure(c, comp)
     payload, k = int(per_elem * numel), int(kept * numel)
     n_bytes = numel * value_bytes
-    return cheaper(SchemeLoad(c.size, numel, value_bytes, payload, cs * n_bytes, ds * n_bytes,
-                              k), cost, schemes)
+    answer = cheaper(SchemeLoad(c.size, numel, value_bytes, payload, cs * n_bytes,
+                                ds * n_bytes, k), cost, schemes)
+    if len(c.cache.two_level_pays) >= 4096:  # layouts come and go: keep it bounded
+        c.cache.two_level_pays.clear()
+    c.cache.two_level_pays[key] = (cost, answer)
+    return answer
 
 
 def cheaper(load: SchemeLoad, c: CostParams, schemes: list[str]) -> bool:

@@ -12,6 +12,7 @@ from ..config import check_timeout
 from ..policy import Layer, Policy, as_policy, layer_of, model_layers
 from . import checkpoint
 from . import groups as grouping
+from .fastpath import HALF
 from .worker import Worker
 
 
@@ -165,8 +166,10 @@ class CompressionState:
         for spec, js in by_spec.items():
             # Fused order: reverse registration order (DDP's order once it has rebuilt its
             # buckets, so a view), the same whatever the bucketing: blockwise quantizers then
-            # see the same buffer before and after a resume.
-            if all(layers[j].name in self._order for j in js):
+            # see the same buffer before and after a resume. 16 bits are elementwise and keep
+            # no residual: bucket order, so a group of adjacent parameters is a view of the
+            # bucket (no copy in, none back).
+            if spec not in HALF and all(layers[j].name in self._order for j in js):
                 js = sorted(js, key=lambda j: -self._order[layers[j].name])
             names = [layers[j].name for j in js]
             out.append(grouping.Group(spec, grouping.group_name(names),
