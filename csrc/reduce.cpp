@@ -46,19 +46,27 @@ using LoadN = void (*)(const uint16_t*, float*, size_t);
 using StoreN = void (*)(const float*, uint16_t*, size_t);
 constexpr size_t kHalfBlock = 512;
 
-template <LoadN Load, StoreN Store, Op OP>
-void reduce_half(uint16_t* __restrict dst, const uint16_t* __restrict src, size_t n) {
+// body(lo, m) for each block [lo, lo + m) of n elements, on the kernel threads for large n.
+template <class Body>
+void for_half_blocks(size_t n, Body body) {
   int nt = num_threads();
   ptrdiff_t blocks = ptrdiff_t((n + kHalfBlock - 1) / kHalfBlock);
 #pragma omp parallel for num_threads(nt) if (nt > 1 && n > kParallelGrain) schedule(static)
   for (ptrdiff_t b = 0; b < blocks; ++b) {
-    size_t lo = size_t(b) * kHalfBlock, m = std::min(kHalfBlock, n - lo);
+    size_t lo = size_t(b) * kHalfBlock;
+    body(lo, std::min(kHalfBlock, n - lo));
+  }
+}
+
+template <LoadN Load, StoreN Store, Op OP>
+void reduce_half(uint16_t* __restrict dst, const uint16_t* __restrict src, size_t n) {
+  for_half_blocks(n, [&](size_t lo, size_t m) {
     float a[kHalfBlock], c[kHalfBlock];
     Load(dst + lo, a, m);
     Load(src + lo, c, m);
     for (size_t i = 0; i < m; ++i) a[i] = combine<float>(a[i], c[i], OP);
     Store(a, dst + lo, m);
-  }
+  });
 }
 
 template <class T>
@@ -109,17 +117,13 @@ void scale_native(T* x, size_t n, double f) {
 
 template <LoadN Load, StoreN Store>
 void scale_half(uint16_t* x, size_t n, double f) {
-  int nt = num_threads();
   float ff = float(f);
-  ptrdiff_t blocks = ptrdiff_t((n + kHalfBlock - 1) / kHalfBlock);
-#pragma omp parallel for num_threads(nt) if (nt > 1 && n > kParallelGrain) schedule(static)
-  for (ptrdiff_t b = 0; b < blocks; ++b) {
-    size_t lo = size_t(b) * kHalfBlock, m = std::min(kHalfBlock, n - lo);
+  for_half_blocks(n, [&](size_t lo, size_t m) {
     float a[kHalfBlock];
     Load(x + lo, a, m);
     for (size_t i = 0; i < m; ++i) a[i] *= ff;
     Store(a, x + lo, m);
-  }
+  });
 }
 
 // Sum of squares in double, 8 partial sums so the loop vectorizes without reassociating a

@@ -93,9 +93,9 @@ def pays(c: Communicator, comp: Compressor, numel: int, value_bytes: int,
     if not schemes:
         return True
     cost = costmodel.params(c, timeout=timeout)
-    # Priced once per fit, compressor and size (a DDP bucket asks every step); a new fit is
-    # a new object, so its answers are new too.
-    key = (id(cost), comp, numel, value_bytes, tuple(schemes))
+    # Priced once per compressor and size (a DDP bucket asks every step), kept with the fit
+    # it was priced on: a new fit is a new object and prices again.
+    key = (comp, numel, value_bytes, tuple(schemes))
     known = c.cache.two_level_pays.get(key)
     if known is not None and known[0] is cost:
         return known[1]
@@ -228,7 +228,7 @@ def pieces(sparse: bool, nbytes: float, payload_bytes: float | None = None) -> i
     before the data), which are what cross hosts: a chunk's crossing is then as long as a
     dense chunk's, and the host's full-precision steps of a small payload are not cut into
     rounds that only add latency (on 2 x 2 emulated ranks at 1 Gbit/s, 7 MB float32: fp16
-    took 34 ms in 3 chunks against 41 ms in one, 8 bits 31 ms in one against 36 ms in 7).
+    took 36 ms in 3 chunks against 41 ms in one, 8 bits 31 ms in one against 36 ms in 7).
     One for a ``sparse`` payload, which crosses in a few milliseconds (on 2 x 4 ranks,
     64 MB: top-k 1% took 170 ms in 8 chunks against 120 to 155 ms in one)."""
     if sparse:

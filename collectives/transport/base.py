@@ -88,7 +88,8 @@ class CommCache:
     #: the intra-host and cross-host sub-communicators, split once
     #: (``collectives.topology.host_comms``)
     host_comms: Any = None
-    #: whether a two-level compressed call pays, by (fit, compressor, size, schemes)
+    #: whether a two-level compressed call pays, by (compressor, size, schemes), with the
+    #: fit it was priced on
     #: (``collectives.compressed.hierarchical.pays``)
     two_level_pays: dict = field(default_factory=dict)
 
