@@ -16,20 +16,23 @@ SETUP = ROOT / "scripts" / "setup.sh"
 
 def test_the_lab_installs_under_a_name_of_its_own() -> None:
     """The lab is ``compcoll_bench`` (the ``compcoll`` command's home); no module of a generic
-    top-level ``bench`` package exists to collide with a user's."""
+    top-level ``bench`` package exists to collide with a user's; the library imports as
+    ``compcoll`` too."""
     code = ("import importlib.util as u\n"
             "from importlib.metadata import entry_points\n"
             "print(u.find_spec('bench.cli') is None,\n"
-            "      u.find_spec('compcoll_bench.cli') is not None)\n"
+            "      u.find_spec('compcoll_bench.cli') is not None,\n"
+            "      u.find_spec('compcoll') is not None)\n"
             "print(*(e.value for e in entry_points(group='console_scripts', name='compcoll')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, cwd="/")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "True", "compcoll_bench.cli:main"]
+    assert out.stdout.split() == ["True", "True", "True", "compcoll_bench.cli:main"]
     tomllib = pytest.importorskip("tomllib")
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     packages = config["tool"]["scikit-build"]["wheel"]["packages"]
-    assert [Path(p).name for p in packages] == ["collectives", "compressors", "compcoll_bench"]
+    assert [Path(p).name for p in packages] == ["compcoll", "collectives", "compressors",
+                                                "compcoll_bench"]
 
 
 def test_pip_show_names_the_license_home_page_and_authors() -> None:
