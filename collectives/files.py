@@ -18,8 +18,15 @@ import re
 import stat
 import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # (not on Windows: updates there are not locked)
+    fcntl = None  # type: ignore[assignment]
 
 import numpy as np
 
@@ -52,6 +59,30 @@ def write_atomic(path: Path, data: bytes, what: str) -> None:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
         warnings.warn(f"{what} {path} not written ({exc})", stacklevel=3)
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock for updating ``path`` (``flock`` on ``<path>.lock`` next to it)
+    while the block runs: writers that read, merge and write the file one after another lose
+    no update. Where no lock can be taken (no ``fcntl``, a directory that cannot be written)
+    the block runs unlocked; its write then warns as it would."""
+    fd = None
+    if fcntl is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            if fd is not None:
+                os.close(fd)
+            fd = None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)  # (closing releases it too)
+            os.close(fd)
 
 
 def ignored(what: str, path: Path, why: object, then: str) -> None:

@@ -27,7 +27,7 @@ import numpy as np
 
 import compressors
 
-from ..files import ignored, load_json, number, read_small, write_atomic
+from ..files import ignored, load_json, locked, number, read_small, write_atomic
 from ..transport.base import share_bytes
 from . import cache
 from .columns import COMPRESS, DECOMPRESS, PER_CANDIDATE
@@ -131,17 +131,21 @@ def fetch(comm: Any, cache_dir: str | None, cands: tuple[str, ...]) -> dict[str,
 
 
 def store(cache_dir: str | None, speeds: Mapping[str, list[float]]) -> None:
-    """Add ``speeds`` to this machine's file (rank 0 only; others it holds are kept)."""
-    where = path(cache_dir)
-    try:  # (a bad file was named when it was read: it is replaced)
-        data = read_small(where)
-        held = {} if data is None else check(load_json(data))
-    except ValueError:
-        held = {}
-    known = {**held, **{k: [float(x) for x in v] for k, v in speeds.items()}}
+    """Add ``speeds`` to this machine's file (rank 0 only; others it holds are kept).
+
+    Jobs on one machine share the file: the read, merge and write run under a lock on it
+    (``files.locked``), so that concurrent writers each add their speeds and none is lost."""
+    mine = {k: [float(x) for x in v] for k, v in speeds.items()}
     try:
-        check({"schema": SCHEMA, "key": key(), "speeds": known})
+        check({"schema": SCHEMA, "key": key(), "speeds": mine})
     except ValueError:  # a time out of range (a descheduled run) is not worth keeping
         return
-    record = {"schema": SCHEMA, "key": key(), "speeds": known}
-    write_atomic(where, json.dumps(record, sort_keys=True).encode(), "codec speeds")
+    where = path(cache_dir)
+    with locked(where):
+        try:  # (a bad file was named when it was read: it is replaced)
+            data = read_small(where)
+            held = {} if data is None else check(load_json(data))
+        except ValueError:
+            held = {}
+        record = {"schema": SCHEMA, "key": key(), "speeds": {**held, **mine}}
+        write_atomic(where, json.dumps(record, sort_keys=True).encode(), "codec speeds")
