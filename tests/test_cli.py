@@ -133,6 +133,23 @@ def test_doctor_reports_a_missing_extension_with_the_fix() -> None:
     assert "MISSING  C++ extension" in res.stdout and "pip install" in res.stdout
 
 
+def test_doctor_marks_absent_optional_parts_as_optional_and_says_what_they_give() -> None:
+    """On a CPU machine without torch and CuPy the report succeeds, and each absent part is
+    marked optional with what it would add and how to get it (not "missing")."""
+    code = ("import sys; sys.modules['torch'] = sys.modules['cupy'] = None\n"
+            "from compcoll_bench.cli import main; sys.exit(main(['doctor']))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = {line[9:24].strip(): line for line in res.stdout.splitlines()}
+    for part, gives in (("torch", "would add the DDP hook"), ("cupy", "would compress CUDA"),
+                        ("CUDA-aware MPI", "would hand GPU buffers to MPI directly")):
+        assert lines[part].startswith("optional "), lines[part]
+        assert gives in lines[part] and "to get it:" in lines[part], lines[part]
+    assert "download.pytorch.org/whl/cpu" in lines["torch"]
+    assert not any(line.startswith(("missing", "MISSING")) for line in lines.values())
+
+
 def test_size_parsing_and_sweep() -> None:
     from compcoll_bench.commands.benchlib import bus_bandwidth, parse_size, size_sweep
 

@@ -14,11 +14,13 @@ from ..cli import command
 
 @dataclass(frozen=True)
 class Finding:
-    """One line of the report: ``ok`` is None for an optional feature that is absent."""
+    """One line of the report: ``ok`` is None for an optional feature that is absent, and
+    ``gives`` then says what it would add."""
 
     ok: bool | None
     detail: str
     fix: str = ""
+    gives: str = ""
 
 
 CHECKS: dict[str, Callable[[], Finding]] = {}
@@ -64,9 +66,11 @@ def _cuda_aware() -> Finding:
 
     if mpi_is_cuda_aware():
         return Finding(True, "yes: algorithm='mpi' hands device buffers to MPI directly")
-    return Finding(None, "no: device buffers are staged through pinned host memory",
-                   "use an MPI built with CUDA support, or set COMPCOLL_CUDA_AWARE_MPI=1 if "
-                   "yours is and the query misses it")
+    return Finding(None, "not available",
+                   "an MPI built with CUDA support; COMPCOLL_CUDA_AWARE_MPI=1 if yours is and "
+                   "the query misses it",
+                   "would hand GPU buffers to MPI directly, where now they are staged "
+                   "through pinned host memory")
 
 
 @check("C++ extension")
@@ -87,29 +91,46 @@ def _openmp() -> Finding:
         return Finding(False, "extension not built", "build the C++ extension first")
     if ext.openmp:
         return Finding(True, "reduction kernels use several threads")
-    return Finding(None, "not compiled in: reduction kernels run on one thread",
-                   "install an OpenMP runtime (e.g. libomp-dev / libgomp) and rebuild")
+    return Finding(None, "not compiled in",
+                   "install an OpenMP runtime (e.g. libomp-dev / libgomp) and rebuild",
+                   "would run the reduction kernels on several threads, where now one")
 
 
-def _module(name: str, extra: str) -> Callable[[], Finding]:
+def _module(name: str, fix: str, gives: str) -> Callable[[], Finding]:
     def probe() -> Finding:
         try:
             mod = importlib.import_module(name)
         except ImportError:
-            return Finding(None, "not installed", f"pip install 'compcoll[{extra}]'")
+            return Finding(None, "not installed", fix, gives)
         return Finding(True, getattr(mod, "__version__", "installed"))
     return probe
 
 
-check("torch")(_module("torch", "torch"))
-check("cupy")(_module("cupy", "cupy"))
+check("torch")(_module(
+    "torch", "pip install torch, the CPU build with --index-url "
+    "https://download.pytorch.org/whl/cpu",
+    "would add the DDP hook, FSDP2, the 'compcoll' backend and the training benchmarks"))
+check("cupy")(_module("cupy", "pip install 'compcoll[cupy]', on a CUDA machine",
+                      "would compress CUDA arrays on the GPU"))
 
-_MARK = {True: "ok", False: "MISSING", None: "missing"}
+_MARK = {True: "ok", False: "MISSING", None: "optional"}
+
+
+def line(name: str, found: Finding) -> str:
+    """One line of the report: the mark, the part and what was found; for an absent optional
+    part, what it would give and how to get it; for a missing one, the fix."""
+    if found.ok is None:
+        gives = f": {found.gives}" if found.gives else ""
+        fix = f" (to get it: {found.fix})" if found.fix else ""
+        return f"{_MARK[None]:<8} {name:<15} {found.detail}{gives}{fix}"
+    fix = f"  (fix: {found.fix})" if found.fix and not found.ok else ""
+    return f"{_MARK[found.ok]:<8} {name:<15} {found.detail}{fix}"
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = ("MISSING marks what compcoll needs; missing marks an optional feature. "
-                     "The exit code is non-zero when something needed is MISSING.")
+    parser.epilog = ("ok: found and working; MISSING: compcoll needs it (the exit code is "
+                     "then non-zero); optional: an optional part that is absent, with what it "
+                     "would give: compcoll works without it.")
 
 
 @command("doctor", arguments=_arguments)
@@ -121,6 +142,5 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:  # a broken install must not stop the rest of the report
             found = Finding(False, f"{type(exc).__name__}: {exc}")
         needed_missing |= found.ok is False
-        fix = f"  (fix: {found.fix})" if found.fix and found.ok is not True else ""
-        print(f"{_MARK[found.ok]:<8} {name:<15} {found.detail}{fix}")
+        print(line(name, found))
     return 1 if needed_missing else 0
