@@ -33,7 +33,7 @@ from . import (  # _openmp first: it configures the OpenMP runtime before the ex
     uniform,
 )
 from .arrays import ArrayInfo
-from .base import Capabilities, Compressor, available, derive_seed, get, register
+from .base import Capabilities, Compressor, aliases, available, derive_seed, get, register
 from .errors import PayloadError
 from .feedback import DGCFeedback, ErrorFeedback, NoErrorFeedback
 from .halfprec import BF16, FP16
@@ -54,7 +54,7 @@ __all__ = [
     "BF16", "DGCFeedback", "FORMAT_VERSION", "FP16", "QSGD", "ArrayInfo", "Capabilities",
     "Compressor", "ErrorFeedback", "NoCompression", "NoErrorFeedback", "Payload", "PayloadError",
     "PowerSGD", "PowerSGDContext", "RandomK", "Sign", "TernGrad", "Threshold", "TopK", "Uniform",
-    "available", "compressor_for", "decompress", "derive_seed", "get", "register",
+    "aliases", "available", "compressor_for", "decompress", "derive_seed", "get", "register",
     "set_checksum",
 ]
 

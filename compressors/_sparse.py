@@ -7,7 +7,7 @@ import numpy as np
 from . import kernels
 from ._util import check_indices, index_dtype
 from .arrays import storage_dtype, to_host
-from .base import Compressor, Layout, derive_seed
+from .base import Compressor, Layout
 from .payload import Payload
 
 
@@ -56,25 +56,25 @@ class SparsifierFeedback:
         return None
 
     def compress_feedback(self: Compressor, x: np.ndarray, residual: np.ndarray, *, name: str,
-                          step: int = 0) -> Payload | None:
+                          step: int = 0, rank: int = 0) -> Payload | None:
         if not self._feedback_args(x, residual):
             return None
         flat = x.reshape(-1)
         if flat.size < 2**31 and residual.flags.c_contiguous and \
                 not np.may_share_memory(flat, residual):
-            seed = derive_seed(getattr(self, "seed", 0), name, step)
+            seed = self.draw_seed(name, step, rank)
             picked = self._select_feedback(flat, residual, seed)  # type: ignore[attr-defined]
             if picked is not None:
                 _, info = to_host(x)
                 return Payload(self.name, info.dtype, info.shape, self.params,
                                {"indices": picked[0], "values": picked[1]}, origin=info)
         return SparsifierFeedback._compress_feedback_numpy(self, x, residual, name=name,
-                                                           step=step)
+                                                           step=step, rank=rank)
 
     def _compress_feedback_numpy(self: Compressor, x: np.ndarray, residual: np.ndarray, *,
-                                 name: str, step: int = 0) -> Payload:
+                                 name: str, step: int = 0, rank: int = 0) -> Payload:
         np.add(residual, x.reshape(-1), out=residual)
-        payload = self.compress(residual.reshape(x.shape), name=name, step=step)
+        payload = self.compress(residual.reshape(x.shape), name=name, step=step, rank=rank)
         residual[payload.buffers["indices"]] = 0
         if not np.isfinite(np.add.reduce(residual)):  # NaN/Inf went out (or were not sent):
             residual[~np.isfinite(residual)] = 0  # keeping them would poison later steps

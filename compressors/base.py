@@ -16,7 +16,8 @@ from .arrays import ArrayInfo, from_host, host_f32, storage_dtype, to_host
 from .errors import PayloadError
 from .payload import Payload
 
-__all__ = ["Capabilities", "Compressor", "available", "derive_seed", "get", "register"]
+__all__ = ["ALIASES", "Capabilities", "Compressor", "aliases", "available", "derive_seed", "get",
+           "parse_spec", "register"]
 
 Layout = dict[str, tuple[np.dtype, int | None]]
 #: Layout length of a buffer that is empty for finite input (non-finite values go there).
@@ -48,11 +49,15 @@ class Capabilities:
     allreduce_steps: tuple[str, ...] = ()
 
 
-def derive_seed(seed: int, name: str, step: int) -> int:
-    """64-bit seed from (seed, tensor name, step), identical in every process.
+def derive_seed(seed: int, name: str, step: int, rank: int = 0) -> int:
+    """64-bit seed from (seed, tensor name, step, rank), identical in every process.
 
-    blake2b rather than Python's ``hash()``, which is salted per process and would give every
-    rank different random choices.
+    Choices every rank must share (random-k's indices, PowerSGD's first Q) leave ``rank`` at
+    0; independent draws (stochastic rounding) pass the caller's rank, so the rounding errors
+    of different ranks are independent and average out in the sum. Rank 0 draws as a call
+    without a rank: the rank enters the text only when it is not 0. blake2b rather than
+    Python's ``hash()``, which is salted per process and would give every rank different
+    random choices.
 
     Example::
 
@@ -60,8 +65,12 @@ def derive_seed(seed: int, name: str, step: int) -> int:
         >>> s = compressors.derive_seed(0, "layer1.weight", 5)
         >>> assert s == compressors.derive_seed(0, "layer1.weight", 5)  # every rank alike
         >>> assert s != compressors.derive_seed(0, "layer1.weight", 6)
+        >>> assert s != compressors.derive_seed(0, "layer1.weight", 5, rank=1)
     """
-    h = hashlib.blake2b(f"{seed}\x00{name}\x00{step}".encode(), digest_size=8)
+    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank < 0:
+        raise ValueError(f"derive_seed: rank must be an integer >= 0, got {rank!r}")
+    text = f"{seed}\x00{name}\x00{step}" + (f"\x00{int(rank)}" if rank else "")
+    h = hashlib.blake2b(text.encode(), digest_size=8)
     return int.from_bytes(h.digest(), "little")
 
 
@@ -143,11 +152,22 @@ class Compressor:
             bufs[key] = old if ok else np.empty(n, dtype=dt)
         return bufs
 
-    def compress(self, x: Any, *, name: str, step: int = 0, out: Payload | None = None) -> Payload:
-        """Compress x; reuse ``out``'s buffers when given (no page faults on the hot path)."""
+    def draw_seed(self, name: str, step: int, rank: int = 0) -> int:
+        """The seed of this compressor's random draws for tensor ``name`` at ``step`` on
+        ``rank``: from (seed, name, step) when its capabilities declare a shared seed (every
+        rank must draw alike), else from (seed, name, step, rank), so that independent draws
+        such as stochastic rounding are independent across ranks. Either way every rank
+        decodes the same payloads, so results stay bit-identical on every rank."""
+        shared = self.capabilities.needs_shared_seed
+        return derive_seed(getattr(self, "seed", 0), name, step, 0 if shared else rank)
+
+    def compress(self, x: Any, *, name: str, step: int = 0, out: Payload | None = None,
+                 rank: int = 0) -> Payload:
+        """Compress x; reuse ``out``'s buffers when given (no page faults on the hot path).
+        ``rank``: the caller's rank, which seeds independent draws (:meth:`draw_seed`)."""
         host, info = to_host(x)
         bufs = self._fixed_buffers(info, out)
-        seed = derive_seed(getattr(self, "seed", 0), name, step)
+        seed = self.draw_seed(name, step, rank)
         self._encode(host.reshape(-1), info.dtype, seed, bufs, name=name, shape=info.shape)
         return Payload(self.name, info.dtype, info.shape, self.params, bufs, origin=info)
 
@@ -155,7 +175,7 @@ class Compressor:
     fuses_feedback: ClassVar[bool] = False
 
     def compress_feedback(self, x: np.ndarray, residual: np.ndarray, *, name: str,
-                          step: int = 0) -> Payload | None:
+                          step: int = 0, rank: int = 0) -> Payload | None:
         """Fast path for plain error feedback, in one pass over the data: returns
         ``compress(x + residual)`` and leaves ``x + residual - decompress(payload)`` in
         ``residual`` (updated in place; NaN/Inf travel in the payload and leave 0 behind).
@@ -277,7 +297,7 @@ def register(name: str) -> Callable[[C], C]:
     """
 
     def deco(cls: C) -> C:
-        if name in _REGISTRY:
+        if name in _REGISTRY or name in ALIASES:
             raise ValueError(f"compressor {name!r} is registered twice")
         cls.name = name
         _REGISTRY[name] = cls
@@ -286,8 +306,14 @@ def register(name: str) -> Callable[[C], C]:
     return deco
 
 
+#: Other names of compressors: each stands for a spec, and takes that spec's compressor's
+#: other parameters ("int8:stochastic=false").
+ALIASES: dict[str, str] = {"int8": "uniform:bits=8", "int4": "uniform:bits=4"}
+
+
 def available() -> list[str]:
-    """Names of the registered compressors.
+    """Names of the registered compressors (the aliases of :data:`ALIASES` are listed by
+    :func:`aliases`).
 
     Example::
 
@@ -295,6 +321,24 @@ def available() -> list[str]:
         >>> assert {"uniform", "topk", "powersgd"} <= set(compressors.available())
     """
     return sorted(_REGISTRY)
+
+
+def aliases() -> dict[str, str]:
+    """The compressor aliases, name -> the spec it stands for.
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> assert compressors.aliases()["int8"] == "uniform:bits=8"
+        >>> assert compressors.get("int4") == compressors.get("uniform:bits=4")
+    """
+    return dict(ALIASES)
+
+
+def described() -> str:
+    """The compressor names and aliases a spec may start with, for error messages."""
+    alias = ", ".join(f"{k} ({v})" for k, v in sorted(ALIASES.items()))
+    return f"{', '.join(available())}; aliases: {alias}"
 
 
 def _parse(value: str) -> Any:
@@ -309,32 +353,68 @@ def _parse(value: str) -> Any:
     return value
 
 
-def get(spec: str, **params: Any) -> Compressor:
-    """Compressor by name and parameters.
-
-    ``get("topk", ratio=0.01)`` and ``get("topk:ratio=0.01")`` are the same compressor.
+def parse_spec(spec: str, *, raw: bool = False) -> tuple[str, dict[str, Any]]:
+    """(name, parameters) of a spec ``"name:key=value,key=value"``, values typed (bools,
+    integers, numbers, else text; ``raw``: the text as written). A parameter given twice
+    raises ValueError naming it: which value was meant cannot be known.
 
     Example::
 
         >>> import numpy as np, compressors
-        >>> comp = compressors.get("uniform:bits=4")  # or ("uniform", bits=4)
-        >>> assert comp == compressors.get("uniform", bits=4) and comp.bits == 4
+        >>> from compressors.base import parse_spec
+        >>> assert parse_spec("uniform:bits=4,stochastic=false") == (
+        ...     "uniform", {"bits": 4, "stochastic": False})
     """
+    if not isinstance(spec, str):
+        raise TypeError(f"a compressor spec is a string like 'uniform:bits=8', got "
+                        f"{type(spec).__name__}")
     name, _, rest = spec.partition(":")
+    params: dict[str, Any] = {}
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, value = item.partition("=")
-        if not eq:
-            raise ValueError(f"bad compressor option {item!r} in {spec!r}: expected key=value")
-        params.setdefault(key.strip(), _parse(value.strip()))
+        key = key.strip()
+        if not eq or not key:
+            raise ValueError(f"bad option {item!r} in {spec!r}: expected key=value")
+        if key in params:
+            raise ValueError(f"parameter {key!r} is given twice in {spec!r}; give it once")
+        params[key] = value.strip() if raw else _parse(value.strip())
+    return name.strip(), params
+
+
+def get(spec: str, **params: Any) -> Compressor:
+    """Compressor by name (or alias, see :func:`aliases`) and parameters.
+
+    ``get("topk", ratio=0.01)`` and ``get("topk:ratio=0.01")`` are the same compressor; a
+    parameter given twice (in the spec, or in the spec and as a keyword) raises ValueError.
+
+    Example::
+
+        >>> import numpy as np, compressors
+        >>> comp = compressors.get("uniform:bits=4")  # or ("uniform", bits=4), or "int4"
+        >>> assert comp == compressors.get("uniform", bits=4) and comp.bits == 4
+    """
+    name, given = parse_spec(spec)
+    both = sorted(set(given) & set(params))
+    if both:
+        raise ValueError(f"parameter(s) {both} given both in the spec {spec!r} and as keywords; "
+                         f"give each once")
+    given.update(params)
+    if name in ALIASES:
+        base, fixed = parse_spec(ALIASES[name])
+        clash = sorted(set(fixed) & set(given))
+        if clash:
+            raise ValueError(f"{name} is {ALIASES[name]!r}: its {clash} cannot be set; "
+                             f"write {base!r} with the parameters instead")
+        name, given = base, {**fixed, **given}
     try:
-        cls = _REGISTRY[name.strip()]
+        cls = _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown compressor {name!r}; available: {available()}") from None
+        raise ValueError(f"unknown compressor {name!r}; available: {described()}") from None
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = set(params) - set(fields)
+    unknown = set(given) - set(fields)
     if unknown:
         raise ValueError(f"{name} has no parameter(s) {sorted(unknown)}; it takes {sorted(fields)}")
-    return cls(**{key: _typed(name, fields[key], v) for key, v in params.items()})
+    return cls(**{key: _typed(name, fields[key], v) for key, v in given.items()})
 
 
 def _typed(name: str, f: dataclasses.Field, value: Any) -> Any:

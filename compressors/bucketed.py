@@ -23,7 +23,7 @@ from ._util import (
     split_nonfinite,
 )
 from .arrays import storage_dtype, to_f32, to_host
-from .base import Capabilities, Compressor, Layout, derive_seed
+from .base import Capabilities, Compressor, Layout
 from .payload import Payload
 
 __all__ = ["F32", "U8", "Bucketed", "Buffers"]
@@ -104,12 +104,12 @@ class Bucketed(Compressor):
         decode_dense(payload, out, lambda x32: self._dequantize(payload.buffers, x32))
 
     def compress_feedback(self, x: np.ndarray, residual: np.ndarray, *, name: str,
-                          step: int = 0) -> Payload | None:
+                          step: int = 0, rank: int = 0) -> Payload | None:
         if not self.fuses_feedback or not self._feedback_args(x, residual):
             return None
         host, info = to_host(x)
         bufs = self._fixed_buffers(info, None)
-        seed = derive_seed(getattr(self, "seed", 0), name, step)
+        seed = self.draw_seed(name, step, rank)  # as compress(): the same payload
         bad = self._quantize_feedback(host.reshape(-1), residual, bufs, seed)
         # The kernel left the non-finite sums in the residual: they go out exactly, in the
         # side list, and the residual keeps 0 there (as ErrorFeedback.update_sent does).

@@ -130,9 +130,11 @@ class DeviceCodec(Protocol):
         ...
 
     def compress(self, x: DeviceArray, *, name: str, step: int,
-                 residual: DeviceArray | None = None, fresh: bool = False) -> DevicePayload:
+                 residual: DeviceArray | None = None, fresh: bool = False,
+                 rank: int = 0) -> DevicePayload:
         """The payload of x (plus ``residual``, which becomes what was not sent). ``fresh``:
-        the residual was just made (zeros), as a host residual that did not exist yet."""
+        the residual was just made (zeros), as a host residual that did not exist yet.
+        ``rank`` seeds independent draws as the host's (``Compressor.draw_seed``)."""
         ...
 
     def payload_nbytes(self, numel: int) -> int | None:

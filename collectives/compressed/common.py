@@ -70,8 +70,10 @@ class Ctx:
                                                           int(np.prod(x.shape)), self.acc))
 
     def compress(self, x: Any, name: str) -> Payload:
+        # The rank seeds independent draws (stochastic rounding), so the ranks' rounding
+        # errors average out in the sum; shared choices ignore it (Compressor.draw_seed).
         with self.timed("compress_s"):
-            return self.comp.compress(x, name=name, step=self.step)
+            return self.comp.compress(x, name=name, step=self.step, rank=self.comm.rank)
 
     def decode(self, payload: Payload) -> np.ndarray:
         """Decompress to a flat array of the accumulation dtype."""
@@ -123,7 +125,8 @@ class Ctx:
             res = fb.residual_for(key, total or n)[base:base + n]
             with self.timed("compress_s"):
                 out = [self.comp.compress_feedback(flat[a:b] if blocks is not None else x,
-                                                   res[a:b], name=nm, step=self.step)
+                                                   res[a:b], name=nm, step=self.step,
+                                                   rank=self.comm.rank)
                        for (a, b), nm in parts]
             return out  # type: ignore[return-value]
         if (base, total or n) != (0, n):

@@ -77,7 +77,8 @@ class DeviceCtx(Ctx):
             res = whole[base:base + n]
         with self.timed("compress_s"):
             out = [self.codec.compress(x[a:b], name=nm, step=self.step, fresh=fresh,
-                                       residual=None if res is None else res[a:b])
+                                       residual=None if res is None else res[a:b],
+                                       rank=self.comm.rank)
                    for (a, b), nm in parts]
         self.pending = True
         return out

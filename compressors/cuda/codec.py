@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import cuda
-from ..base import Compressor, derive_seed
+from ..base import Compressor
 from ..device import DeviceArray, DeviceCodec, DevicePayload
 from ..sign import Sign
 from ..uniform import Uniform
@@ -98,11 +98,11 @@ class CupyCodec:
     def payload_nbytes(self, numel: int) -> int | None:
         return self.compressor.payload_nbytes(numel)
 
-    def _encode(self, c: Any, name: str, step: int) -> tuple[dict[str, Any], Any]:
+    def _encode(self, c: Any, name: str, step: int, rank: int) -> tuple[dict[str, Any], Any]:
         """The fixed buffers of c's payload and a function decoding them."""
         comp, n = self.compressor, c.size
         if isinstance(comp, Uniform):
-            seed = derive_seed(comp.seed, name, step)
+            seed = comp.draw_seed(name, step, rank)  # the host's seed: the host's codes
             codes, mins, scales = cuda.quantize(c, comp.bits, comp.bucket_size, seed,
                                                 comp.stochastic)
             return {"codes": codes, "mins": mins, "scales": scales}, lambda: cuda.dequantize(
@@ -113,13 +113,14 @@ class CupyCodec:
             bits, scales, n, sign.bucket_size)
 
     def compress(self, x: DeviceArray, *, name: str, step: int,
-                 residual: DeviceArray | None = None, fresh: bool = False) -> DevicePayload:
+                 residual: DeviceArray | None = None, fresh: bool = False,
+                 rank: int = 0) -> DevicePayload:
         cp, fused = self.cp, isinstance(self.compressor, Uniform)
         with self._stream(x.stream):
             xv = self._view(x)
             res = None if residual is None else self._view(residual)
             c = xv if res is None or (fresh and not fused) else xv + res
-            bufs, decoded = self._encode(c, name, step)
+            bufs, decoded = self._encode(c, name, step, rank)
             finite = cp.isfinite(c)
             nf_idx = cp.flatnonzero(~finite)
             bufs["nf_idx"], bufs["nf_val"] = nf_idx, c[nf_idx]

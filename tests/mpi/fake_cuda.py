@@ -104,17 +104,19 @@ class HostCodec:
         return self.compressor.payload_nbytes(numel)
 
     def compress(self, x: DeviceArray, *, name: str, step: int,
-                 residual: DeviceArray | None = None, fresh: bool = False) -> DevicePayload:
+                 residual: DeviceArray | None = None, fresh: bool = False,
+                 rank: int = 0) -> DevicePayload:
         self._count("compress")
         comp, xv = self.compressor, host_view(x)
         if residual is None:
-            payload = comp.compress(xv, name=name, step=step)
+            payload = comp.compress(xv, name=name, step=step, rank=rank)
         elif comp.fuses_feedback:
-            payload = comp.compress_feedback(xv, host_view(residual), name=name, step=step)
+            payload = comp.compress_feedback(xv, host_view(residual), name=name, step=step,
+                                             rank=rank)
         else:
             res = host_view(residual)
             c = xv if fresh else xv + res
-            payload = comp.compress(c, name=name, step=step)
+            payload = comp.compress(c, name=name, step=step, rank=rank)
             sent = comp.decompress(payload)
             with np.errstate(invalid="ignore", over="ignore"):
                 np.subtract(c, sent, out=res)
