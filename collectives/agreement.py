@@ -31,14 +31,55 @@ PATHS: dict[str, int] = {
     "barrier": 7,
     "settings": 8,
     "refused": 9,  # a rank whose own arguments were refused before it could validate them
+    "DDP hook settings": 10,
 }
 _NAMES = {code: name for name, code in PATHS.items()}
 _NAMES[PATHS["refused"]] = "a call that refused its own arguments (see that rank's error)"
 
 
-def digest(text: str) -> int:
-    """A 31-bit fingerprint of a string (names, specs) that every process computes alike."""
-    return zlib.crc32(text.encode()) & 0x7FFFFFFF
+class Worded(int):
+    """A validated field's integer value that keeps the words it stands for (``text``): a
+    fingerprint travels in the message, and a mismatch names what each rank passed."""
+
+    text: str
+
+    def __new__(cls, value: int, text: str) -> Worded:
+        out = super().__new__(cls, value)
+        out.text = text
+        return out
+
+
+def digest(text: str) -> Worded:
+    """A 31-bit fingerprint of a string (names, specs) that every process computes alike,
+    keeping ``text`` for the error message of a mismatch."""
+    return Worded(zlib.crc32(text.encode()) & 0x7FFFFFFF, text)
+
+
+def words(value: int) -> str:
+    """What a field's value says: its text, quoted, when it is a fingerprint, else the
+    number."""
+    text = getattr(value, "text", None)
+    return str(int(value)) if text is None else repr(text)
+
+
+def differing(table: np.ndarray, fields: dict[str, int]) -> list[int]:
+    """The positions of the ``fields`` whose column differs between ranks, when every rank is
+    on the same path with as many values (else []: ``check`` names the calls). Every rank
+    holds the same table, so every rank finds the same positions."""
+    if (table[:, 0] != table[0, 0]).any() or (table[:, 1] != table[0, 1]).any():
+        return []
+    return [j for j in range(len(fields)) if (table[:, 2 + j] != table[0, 2 + j]).any()]
+
+
+def disagreement(path: str, names: list[str], by_rank: list[list[str]]) -> MismatchError:
+    """The error naming each differing field and every rank's value in words (``by_rank[r]``:
+    rank r's words for ``names``, in order)."""
+    parts = []
+    for j, name in enumerate(names):
+        values = ", ".join(f"rank {r}: {row[j]}" for r, row in enumerate(by_rank))
+        parts.append(f"{name} ({values})")
+    return MismatchError(f"{path}: ranks disagree on {'; and on '.join(parts)}; every rank must "
+                         f"pass the same {' and '.join(names)}")
 
 
 def message(path: str, fields: dict[str, int],

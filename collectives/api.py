@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from . import algorithms, buffers, ops, tuning
+from .agreement import Worded
 from .algorithms import ring, tree, two_level
 from .algorithms.common import Job, blocks_from_counts, partition
 from .config import defaults
@@ -16,6 +17,15 @@ from .transport import Communicator
 from .validation import agree, digest, open_comm, refusing
 
 _OP_CODES = {name: i for i, name in enumerate(ops.SUPPORTED_OPS)}
+
+
+def _dtype(dtype: Any) -> Worded:
+    """A validated dtype: its code, named in a mismatch."""
+    return Worded(dtype.code, dtype.name)
+
+
+def _op(op: str) -> Worded:
+    return Worded(_OP_CODES[op], op)
 
 
 def _validate(comm: Communicator, collective: str, fields: dict[str, int],
@@ -81,11 +91,11 @@ def iallreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any 
                              "crosses hosts; without a compressor pass algorithm='two_level' "
                              "(or 'auto')")
     if defaults.validate if validate is None else validate:
-        algo_id = -1 if name == "auto" else algorithms.names().index(name)
+        algo_id = Worded(-1 if name == "auto" else algorithms.names().index(name), name)
         # the cross-host step of two_level (and of auto, which may pick it) must agree too
         cross = digest(two_level.CROSS) if name in ("auto", "two_level") else 0
-        _validate(c, "allreduce", {"element count": prepared.work.size, "dtype": dtype.code,
-                                   "op": _OP_CODES[op], "algorithm": algo_id,
+        _validate(c, "allreduce", {"element count": prepared.work.size, "dtype": _dtype(dtype),
+                                   "op": _op(op), "algorithm": algo_id,
                                    "two_level.CROSS (cross-host algorithm)": cross}, timeout)
     if name == "auto":
         name = tuning.choose(c, prepared.work.size * dtype.itemsize, timeout=timeout)
@@ -105,8 +115,8 @@ def _direct_mpi(c: Communicator, direct: buffers.Direct, op: str, timeout: float
                 validate: bool | None) -> Handle:
     """CUDA-aware MPI_Iallreduce straight on device memory (see buffers.prepare_direct)."""
     if defaults.validate if validate is None else validate:
-        _validate(c, "allreduce", {"element count": direct.count, "dtype": direct.dtype.code,
-                                   "op": _OP_CODES[op],
+        _validate(c, "allreduce", {"element count": direct.count, "dtype": _dtype(direct.dtype),
+                                   "op": _op(op),
                                    "algorithm": algorithms.names().index("mpi")}, timeout)
     c.next_tag()  # keep the collective sequence in step with ranks that took another path
     req = c.native_iallreduce_device(direct.send, direct.recv, direct.count,  # type: ignore[attr-defined]
@@ -207,10 +217,11 @@ def reduce_scatter(buf: Any, *, op: str = "sum", comm: Any = None,
                 )
             blocks = blocks_from_counts(counts)
     if defaults.validate if validate is None else validate:
-        _validate(c, "reduce_scatter", {"element count": n, "dtype": dtype.code,
-                                        "op": _OP_CODES[op],
+        _validate(c, "reduce_scatter", {"element count": n, "dtype": _dtype(dtype),
+                                        "op": _op(op),
                                         "counts": -1 if counts is None else
-                                        zlib.crc32(np.asarray(counts, np.int64).tobytes())},
+                                        Worded(zlib.crc32(np.asarray(counts, np.int64).tobytes()),
+                                               str(list(map(int, counts))))},
                   timeout)
     job = _job(c, prepared.work, dtype, op, "reduce_scatter")
     ops.prescale(job.work, dtype, op, c.size)
@@ -238,7 +249,7 @@ def allgather(buf: Any, *, comm: Any = None, timeout: float | None = None) -> An
     with _checks(c, "allgather", True, timeout):
         prepared = buffers.prepare(buf, None)
     dtype = prepared.dtype
-    table = agree(c, "allgather", {"dtype": dtype.code}, timeout,
+    table = agree(c, "allgather", {"dtype": _dtype(dtype)}, timeout,
                   shared={"element count": prepared.work.size})
     sizes = table[:, 1]
     blocks = blocks_from_counts(sizes.tolist())
@@ -269,7 +280,7 @@ def broadcast(buf: Any, *, root: int = 0, comm: Any = None, timeout: float | Non
         prepared = buffers.prepare(buf, buf)
     dtype = prepared.dtype
     if defaults.validate if validate is None else validate:
-        _validate(c, "broadcast", {"element count": prepared.work.size, "dtype": dtype.code,
+        _validate(c, "broadcast", {"element count": prepared.work.size, "dtype": _dtype(dtype),
                                    "root": root}, timeout)
     job = _job(c, prepared.work, dtype, "sum", "broadcast")
     Handle(tree.broadcast(job, root), prepared.finish, job.collective, timeout).wait()

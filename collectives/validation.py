@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .agreement import PATHS, WIDTH, check, message
+from .agreement import PATHS, WIDTH, check, differing, disagreement, message, words
 from .agreement import digest as digest  # the fingerprint validated fields use
 from .config import shaping
 from .errors import MismatchError
@@ -33,11 +33,56 @@ def agree(comm: Communicator, path: str, fields: dict[str, int], timeout: float 
 
     ``shared`` values may differ between ranks (a size each rank contributes): they travel in
     the same message and are returned, not compared. Returns the gathered table, one row per
-    rank, the columns being ``fields`` then ``shared`` in order.
+    rank, the columns being ``fields`` then ``shared`` in order. A field that differs raises
+    MismatchError naming every rank's value in words: a fingerprint (:func:`digest`) is
+    compared, and only when it differs do the ranks trade the words it stands for.
     """
     vec = message(path, fields, shared)
     table = comm.allgather_ints(vec, collective=f"{path} (validation)", timeout=timeout)
-    return check(table, path, fields, shared)
+    try:
+        return check(table, path, fields, shared)
+    except MismatchError as exc:
+        where = differing(table, fields)
+        if not where:
+            raise
+        names, values = list(fields), list(fields.values())
+        mine = [words(values[j]) for j in where]
+        try:
+            by_rank = gather_texts(comm, mine, f"{path} (validation)", timeout)
+        except Exception:  # noqa: BLE001 - the mismatch is the error to report
+            raise exc from None
+        raise disagreement(path, [names[j] for j in where], by_rank) from None
+
+
+def agree_settings(comm: Communicator, path: str, settings: dict[str, str],
+                   timeout: float | None) -> None:
+    """Check every rank runs ``path`` with the same ``settings`` (name -> the setting in
+    words); MismatchError on every rank naming each setting that differs and every rank's
+    value otherwise. One fixed-size message compares their fingerprints."""
+    if comm.size > 1:
+        agree(comm, path, {name: digest(text) for name, text in settings.items()}, timeout)
+
+
+def gather_texts(comm: Communicator, texts: list[str], collective: str,
+                 timeout: float | None) -> list[list[str]]:
+    """Every rank's ``texts`` (each rank passes as many), in rank order: two small gathers,
+    the lengths and then the UTF-8 bytes padded to the longest."""
+    data = [t.encode() for t in texts]
+    sizes = comm.allgather_ints(np.array([len(d) for d in data], np.int64),
+                                collective=collective, timeout=timeout)
+    width = -(-int(sizes.sum(axis=1).max(initial=0)) // 8) * 8 or 8
+    buf = np.zeros(width, np.uint8)
+    joined = b"".join(data)
+    buf[:len(joined)] = np.frombuffer(joined, np.uint8)
+    table = comm.allgather_ints(buf.view(np.int64), collective=collective, timeout=timeout)
+    out = []
+    for r in range(comm.size):
+        raw, pos, row = np.ascontiguousarray(table[r]).view(np.uint8).tobytes(), 0, []
+        for n in sizes[r].tolist():
+            row.append(raw[pos:pos + n].decode(errors="replace"))
+            pos += n
+        out.append(row)
+    return out
 
 
 def open_comm(comm: Any, timeout: float | None, validate: bool | None = None) -> Communicator:

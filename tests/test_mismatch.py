@@ -28,3 +28,9 @@ def test_feedback_twins_through_every_scheme_and_compressor() -> None:
 @pytest.mark.parametrize("np_", [2, 3])
 def test_settings_that_differ_or_refused_arguments_raise_on_every_rank_at_once(np_: int) -> None:
     _passed(run("settings.py", np_, timeout=240), "settings")
+
+
+def test_ddp_hook_settings_that_differ_raise_on_every_rank_under_torchrun() -> None:
+    from tests.mpirun import torchrun
+
+    _passed(torchrun("mismatch.py", 2, "hook", timeout=240), "torchrun mismatch hook")

@@ -10,6 +10,7 @@ from compressors.dtypes import DType
 from compressors.payload import checksum_enabled
 
 from .. import ops
+from ..agreement import Worded
 from ..algorithms import get as get_algorithm
 from ..algorithms import names as algorithm_names
 from ..algorithms import two_level
@@ -77,9 +78,16 @@ def feedback_digest(feedback: ErrorFeedback | None) -> int:
     """0 without feedback, else a fingerprint of its kind and settings (they decide whether
     the fused kernel runs, and with it how a tensor is cut into pipelined segments)."""
     if feedback is None:
-        return 0
+        return Worded(0, "none")
     settings = (feedback.beta, feedback.gamma, getattr(feedback, "momentum", None))
-    return digest(f"{type(feedback).__qualname__}:{settings}") or 1
+    text = f"{type(feedback).__qualname__}(beta={settings[0]}, gamma={settings[1]}" + \
+        (f", momentum={settings[2]})" if settings[2] is not None else ")")
+    return Worded(digest(f"{type(feedback).__qualname__}:{settings}") or 1, text)
+
+
+def _index(options: list[str], value: str) -> Worded:
+    """A choice as its position among ``options`` (-1 for auto), with its name."""
+    return Worded(-1 if value == "auto" else options.index(value), value)
 
 
 def fields(comp: Compressor, feedback: ErrorFeedback | None, scheme: str, op: str,
@@ -88,14 +96,13 @@ def fields(comp: Compressor, feedback: ErrorFeedback | None, scheme: str, op: st
     """Every argument that changes what the ranks exchange, as ints every rank must share."""
     out = {
         "element count": count,
-        "dtype": dtype.code,
-        "op": ops.SUPPORTED_OPS.index(op),
-        "scheme": -1 if scheme == "auto" else list(SCHEMES).index(scheme),
-        "compressor and its parameters": compressor_digest(comp),
+        "dtype": Worded(dtype.code, dtype.name),
+        "op": Worded(ops.SUPPORTED_OPS.index(op), op),
+        "scheme": _index(list(SCHEMES), scheme),
+        "compressor and its parameters": Worded(compressor_digest(comp), _text(comp)),
         "error feedback (kind and settings)": feedback_digest(feedback),
-        "algorithm": -1 if algorithm == "auto" else algorithm_names().index(algorithm),
-        "sparse_algorithm": -1 if sparse_algorithm == "auto"
-        else list(SPARSE_ALGORITHMS).index(sparse_algorithm),
+        "algorithm": _index(list(algorithm_names()), algorithm),
+        "sparse_algorithm": _index(list(SPARSE_ALGORITHMS), sparse_algorithm),
         "k": -1 if k is None else k,
         # two_level.CROSS runs where the dense algorithm is (or may be) two_level
         "hierarchy (and two_level.CROSS)": digest(

@@ -10,6 +10,7 @@ import compressors
 from ..compressed.checks import known_hierarchy
 from ..config import check_timeout
 from ..policy import Layer, Policy, as_policy, layer_of, model_layers
+from ..validation import agree_settings
 from . import checkpoint
 from . import groups as grouping
 from .fastpath import HALF
@@ -63,6 +64,7 @@ class CompressionState:
         self._groups: dict[int, tuple[Any, list[grouping.Group]]] = {}
         self._pool: dict[str, Any] = {}  # per-parameter residuals waiting for their group
         self._validated: set[tuple[str, str, int]] = set()
+        self._agreed = False  # the ranks compared their settings (at the first hook call)
         self._comm: Any = None
         self._worker = Worker()
         # A Compressor passed in is used as it is (its warm starts).
@@ -129,6 +131,13 @@ class CompressionState:
 
     def begin_step(self) -> None:
         """Called for bucket 0, when nothing is in flight: count, let the policy decide."""
+        if not self._agreed:  # before any message: ranks that differ raise, never abort
+            agree_settings(self.communicator(), "DDP hook settings", {
+                "policy": self.policy.describe(), "start_step": str(self.start_step),
+                "error_feedback": str(self.error_feedback), "scheme": self.scheme,
+                "algorithm": self.algorithm, "plain": str(self.plain),
+                "hierarchy": self.hierarchy}, self.timeout)
+            self._agreed = True
         self.current, self.step = self.step, self.step + 1
         if self.policy.adaptive and self.current >= self.start_step and \
                 self.policy.update(self.communicator(), self.current,
@@ -207,7 +216,7 @@ class CompressionState:
         self._worker.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        skip = ("process_group", "comm_arg", "_comm", "_worker")
+        skip = ("process_group", "comm_arg", "_comm", "_worker", "_agreed")
         return {k: (None if k in skip else v) for k, v in self.__dict__.items()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:

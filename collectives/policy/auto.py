@@ -28,6 +28,7 @@ changed, else the table at DEBUG.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Hashable, Mapping
 from typing import Any
@@ -91,6 +92,14 @@ class AutoPolicy(Whole, Policy):
 
     def choose(self, layer: Layer) -> str:
         return self._decider.choose(layer)
+
+    def describe(self) -> str:
+        """'auto' and its settings that are not the defaults (the cache's directory aside:
+        it may be another on each host)."""
+        cfg, base = self.config, AutoConfig()
+        keep = [f"{f.name}={getattr(cfg, f.name)}" for f in dataclasses.fields(cfg)
+                if f.name != "cache_dir" and getattr(cfg, f.name) != getattr(base, f.name)]
+        return "auto:" + ",".join(keep) if keep else "auto"
 
     def choose_bucket(self, layers: list[Layer]) -> list[str]:
         """Each layer's decision, small layers riding in their bucket's elementwise

@@ -56,6 +56,11 @@ class Policy:
     def choose(self, layer: Layer) -> str:
         raise TypeError(f"{type(self).__name__} does not implement choose(layer)")
 
+    def describe(self) -> str:
+        """The policy in words, alike on ranks that passed alike ones: the DDP hook compares
+        it across ranks before its first message (a fixed spec, 'auto' and its settings)."""
+        return type(self).__qualname__
+
     def choose_bucket(self, layers: list[Layer]) -> list[str]:
         """The compressor of each layer of one DDP bucket, in its order (``choose`` each,
         unless the policy groups a bucket's layers)."""
@@ -138,6 +143,9 @@ class Fixed(Policy):
 
     def instances(self) -> dict[str, compressors.Compressor]:
         return {} if self.instance is None else {self.spec: self.instance}
+
+    def describe(self) -> str:
+        return self.spec
 
     def __repr__(self) -> str:
         return f"Fixed({self.spec!r})"

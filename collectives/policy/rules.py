@@ -99,6 +99,9 @@ class Rules(Policy):
     def __repr__(self) -> str:
         return f"Rules({self.rules!r})"
 
+    def describe(self) -> str:
+        return "rules " + "; ".join(f"{cond} -> {spec}" for cond, spec in self.rules)
+
 
 class Table(Policy):
     """A fixed table: parameter name -> compressor spec, with an optional default."""
@@ -106,6 +109,10 @@ class Table(Policy):
     def __init__(self, table: Mapping[str, Any], default: Any = None) -> None:
         self.specs = {str(k): canonical(v) for k, v in table.items()}
         self.default = None if default is None else canonical(default)
+
+    def describe(self) -> str:
+        rows = [f"{name} -> {spec}" for name, spec in sorted(self.specs.items())]
+        return "table " + "; ".join(rows + [f"* -> {self.default}"])
 
     def choose(self, layer: Layer) -> str:
         spec = self.specs.get(layer.name, self.default)

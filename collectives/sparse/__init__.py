@@ -16,6 +16,7 @@ import numpy as np
 from compressors.arrays import is_cupy, is_torch
 
 from .. import costmodel
+from ..agreement import Worded
 from ..config import defaults
 from ..costparams import CostParams
 from ..progress import Handle
@@ -119,7 +120,7 @@ def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
     with refusing(c, "sparse_allreduce", check or algorithm == "auto", timeout):
         idx, val, acc, back = _arguments(indices, values, size, algorithm, k)
     names = list(ALGORITHMS)
-    algo_id = -1 if algorithm == "auto" else names.index(algorithm)
+    algo_id = Worded(-1 if algorithm == "auto" else names.index(algorithm), algorithm)
     if check or algorithm == "auto":  # one allgather validates and gathers the sizes
         table = agree(c, "sparse_allreduce", {"size": size, "value bytes": acc.itemsize,
                                               "k": -1 if k is None else k,

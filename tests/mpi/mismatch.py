@@ -6,6 +6,7 @@ torch.distributed gloo group initialized from the MPI ranks)"""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -63,16 +64,18 @@ def _ef(cls: type, spec: str) -> compressors.ErrorFeedback:
     return cls(compressors.get(spec))
 
 
-def cases() -> list[tuple[str, str, Callable[[], Any]]]:
-    """(what differs, a word the error must name, the call this rank makes)."""
+def cases() -> list[tuple[str, str | tuple[str, ...], Callable[[], Any]]]:
+    """(what differs, the words the error must name, the call this rank makes)."""
     odd = ODD
     topk = "topk:ratio=0.25"
     return [
         # the plain path
         ("count", "element count", allreduce(buf=x32(65 if odd else 64))),
-        ("dtype", "dtype", allreduce(buf=x32().astype(np.float64 if odd else np.float32))),
-        ("op", "op", allreduce(op="max" if odd else "sum")),
-        ("algorithm", "algorithm", allreduce(algorithm="tree" if odd else "ring")),
+        ("dtype", ("dtype", "float64", "float32"),
+         allreduce(buf=x32().astype(np.float64 if odd else np.float32))),
+        ("op", ("op", "'max'", "'sum'"), allreduce(op="max" if odd else "sum")),
+        ("algorithm", ("algorithm", "'tree'", "'ring'"),
+         allreduce(algorithm="tree" if odd else "ring")),
         # one rank plain, the others compressed (both ways round)
         ("plain vs compressed", "different calls",
          allreduce() if odd else compressed("uniform:bits=8", scheme="allgather")),
@@ -82,34 +85,37 @@ def cases() -> list[tuple[str, str, Callable[[], Any]]]:
         ("compressed vs plain", "different calls",
          compressed("fp16", scheme="dense") if odd else allreduce()),
         # the compressed path
-        ("compressor", "compressor",
+        ("compressor", ("compressor", "'uniform:bits=4,", "'uniform:bits=8,"),
          compressed("uniform:bits=4" if odd else "uniform:bits=8", scheme="allgather")),
-        ("compressor kind", "compressor",
+        ("compressor kind", ("compressor", "'fp16'", "'bf16'"),
          compressed("fp16" if odd else "bf16", scheme="dense")),
-        ("scheme", "scheme", compressed("uniform:bits=8", scheme="allgather" if odd else
-                                        "reduce_scatter_allgather")),
+        ("compressor family", ("compressor", "'uniform:bits=8,", "'topk:"),
+         compressed("topk:ratio=0.25" if odd else "uniform:bits=8", scheme="allgather")),
+        ("scheme", ("scheme", "'allgather'", "'reduce_scatter_allgather'"),
+         compressed("uniform:bits=8", scheme="allgather" if odd else
+                    "reduce_scatter_allgather")),
         ("op, compressed", "op", compressed("fp16", scheme="dense", op="avg" if odd else "sum")),
         ("count, compressed", "element count",
          compressed("fp16", scheme="dense", buf=x32(65 if odd else 64))),
-        ("algorithm, compressed", "algorithm",
+        ("algorithm, compressed", ("algorithm", "'tree'", "'ring'"),
          compressed("fp16", scheme="dense", algorithm="tree" if odd else "ring")),
-        ("sparse_algorithm, compressed", "sparse_algorithm",
+        ("sparse_algorithm, compressed", ("sparse_algorithm", "'dsar'"),
          compressed(topk, scheme="sparse",
                     sparse_algorithm="dsar" if odd else "ssar_split_allgather")),
         ("k, compressed gtopk", "k",
          compressed(topk, scheme="sparse", sparse_algorithm="gtopk", k=3 if odd else 2)),
-        ("randomk name", "name",
+        ("randomk name", ("name", "'v'", "'w'"),
          compressed("randomk:ratio=0.25", scheme="dense", name="v" if odd else "w")),
         ("randomk step", "step",
          compressed("randomk:ratio=0.25", scheme="dense", step=1 if odd else 0)),
-        ("feedback on/off", "feedback",
+        ("feedback on/off", ("feedback", "'none'", "'ErrorFeedback(beta=1.0"),
          compressed(topk, scheme="allgather",
                     feedback=None if odd else _ef(compressors.ErrorFeedback, topk))),
         ("feedback kind", "feedback",
          compressed(topk, scheme="allgather",
                     feedback=_ef(compressors.NoErrorFeedback if odd else
                                  compressors.ErrorFeedback, topk))),
-        ("feedback settings", "feedback",
+        ("feedback settings", ("feedback", "beta=0.5", "beta=1.0"),
          compressed("uniform:bits=8", scheme="reduce_scatter_allgather",
                     feedback=compressors.ErrorFeedback(compressors.get("uniform:bits=8"),
                                                        beta=0.5 if odd else 1.0))),
@@ -118,7 +124,7 @@ def cases() -> list[tuple[str, str, Callable[[], Any]]]:
              compressed("uniform:bits=8", scheme="allgather"))),
         # sparse_allreduce
         ("sparse size", "size", sparse(size=65 if odd else 64)),
-        ("sparse algorithm", "algorithm", sparse(algorithm="dsar" if odd else
+        ("sparse algorithm", ("algorithm", "'dsar'"), sparse(algorithm="dsar" if odd else
                                                  "ssar_split_allgather")),
         ("sparse gtopk k", "k", sparse(algorithm="gtopk", k=3 if odd else 2)),
         ("sparse vs allreduce", "different calls", sparse() if odd else allreduce()),
@@ -129,7 +135,7 @@ def cases() -> list[tuple[str, str, Callable[[], Any]]]:
                                             else [64 // P] * (P - 1) + [64 - 64 // P * (P - 1)])),
         ("broadcast root", "root",
          lambda: collectives.broadcast(x32(), root=1 if odd else 0, timeout=T, **ON)),
-        ("allgather dtype", "dtype",
+        ("allgather dtype", ("dtype", "float64", "float32"),
          lambda: collectives.allgather(x32().astype(np.float64 if odd else np.float32),
                                        timeout=T, **ON)),
         ("barrier vs allreduce", "different calls",
@@ -149,11 +155,15 @@ def main() -> None:
 
         init_from_mpi(WORLD, "gloo", timeout=60)
         ON["comm"] = dist.group.WORLD
-    for what, word, call in cases():
+    for what, words, call in cases():
         try:
             call()
         except MismatchError as exc:
-            chk.check(word in str(exc), f"{what}: the error does not name {word!r}: {exc}")
+            for word in (words,) if isinstance(words, str) else words:
+                chk.check(word in str(exc), f"{what}: the error does not name {word!r}: {exc}")
+            # settings are named in words, never as the fingerprints the ranks compare
+            chk.check(re.search(r"\d{7,}", str(exc)) is None,
+                      f"{what}: the error shows a fingerprint, not the setting: {exc}")
         except Exception as exc:  # noqa: BLE001 - any other outcome is the failure reported
             chk.check(False, f"{what}: {type(exc).__name__} instead of MismatchError: {exc}")
         else:

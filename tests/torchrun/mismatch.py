@@ -6,7 +6,11 @@
   and each rank's value; a value rank 1 alone cannot parse is refused on every rank, naming
   it; with the environment alike the group is made and compresses;
 * ``fsdp``: ``CompressedReduceScatter`` with another compressor, or another ``min_numel``,
-  on rank 1 refuses its first call on every rank, naming the setting and each rank's value.
+  on rank 1 refuses its first call on every rank, naming the setting and each rank's value;
+* ``hook``: the DDP hook with another policy on rank 1 (a fixed compressor against ``auto``,
+  two compressors, two ``auto`` settings, an alias) or another ``start_step`` refuses the
+  first backward pass on every rank, naming the policy in words (never aborting inside gloo,
+  as ``auto``'s first messages against the fixed policy's did); alike, it averages.
 
 Without the check these runs hang until the timeout or abort inside gloo.
 
@@ -78,9 +82,43 @@ def fsdp() -> None:
     check(rs.calls["compressed"] == 1, "settings alike: compressed")
 
 
+def hook() -> None:
+    from torch.nn.parallel import DistributedDataParallel
+
+    from collectives.ddp import CompressionState, compression_hook
+
+    def model_with(policy: str, **options: object) -> DistributedDataParallel:
+        torch.manual_seed(0)
+        model = DistributedDataParallel(torch.nn.Linear(256, 128))  # 32K weights: compressed
+        state = CompressionState(policy=policy, **options).bind(model)
+        model.register_comm_hook(state, compression_hook)
+        return model
+
+    def step(model: DistributedDataParallel) -> None:
+        model(torch.randn(4, 256)).sum().backward()
+
+    cases = [("fixed vs auto", "uniform:bits=8", "auto", ["policy", "'uniform:bits=8,", "'auto'"]),
+             ("two compressors", "uniform:bits=8", "topk:ratio=0.01",
+              ["policy", "'uniform:bits=8,", "'topk:", "ratio=0.01"]),
+             ("auto settings", "auto", "auto:max_error=0.1",
+              ["policy", "'auto'", "'auto:max_error=0.1'"]),
+             ("alias vs auto", "auto", "int4", ["policy", "'auto'", "'uniform:bits=4,"])]
+    for what, mine, other, words in cases:
+        model = model_with(other if R == 1 else mine)
+        refused(f"DDP hook: {what}", lambda model=model: step(model), Exception,
+                ["DDP hook settings: ranks disagree on", *words])
+    model = model_with("uniform:bits=8" if R else "auto", start_step=2 if R else 0)
+    refused("DDP hook: start_step and policy", lambda: step(model), Exception,
+            ["policy", "start_step (rank 0: '0', rank 1: '2')"])
+    model = model_with("int8")  # alike: it trains
+    step(model)
+    grad = model.module.weight.grad
+    check(grad is not None and bool(torch.isfinite(grad).all()), "settings alike: averaged")
+
+
 def main() -> None:
     dist.init_process_group("gloo", timeout=timedelta(seconds=30))
-    {"backend": backend, "fsdp": fsdp}[MODE]()
+    {"backend": backend, "fsdp": fsdp, "hook": hook}[MODE]()
     dist.barrier()
 
 
