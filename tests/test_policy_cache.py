@@ -357,6 +357,64 @@ def test_the_cache_can_be_switched_off(tmp_path) -> None:
     assert not list(tmp_path.iterdir())
 
 
+def _reuse_warnings(caught, path) -> list[str]:
+    return [str(w.message) for w in caught
+            if "earlier run" in str(w.message) and str(path) in str(w.message)]
+
+
+def test_a_run_deciding_from_the_cache_says_so_once_naming_the_file(
+        tmp_path, monkeypatch) -> None:
+    """Reused measurements are announced as a warning (rank 0; not only at INFO), naming the
+    file and the switch that ignores it, once per file and process."""
+    monkeypatch.delenv(cache.SWITCH, raising=False)
+    monkeypatch.setattr(cache, "_told", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        drive(policy(tmp_path), Ranks(), range(6), model())
+        (path,) = tmp_path.glob("*.json")
+        assert not _reuse_warnings(caught, path)  # measured, not reused
+        for _ in range(2):  # two more runs in this process: said once
+            pol = policy(tmp_path)
+            assert drive(pol, Ranks(), range(6), model()) == [] and pol.cached
+    said = _reuse_warnings(caught, path)
+    assert len(said) == 1, said
+    assert f"{cache.SWITCH}=off" in said[0] and "cache=False" in said[0]
+
+
+@pytest.mark.parametrize("value", ["off", "0", "False", " no "])
+def test_the_environment_switch_ignores_the_cache(tmp_path, monkeypatch, value) -> None:
+    """COMPCOLL_POLICY_CACHE=off: the run measures again, and leaves the file as it was."""
+    monkeypatch.setattr(cache, "_told", set())
+    drive(policy(tmp_path), Ranks(), range(6), model())
+    (path,) = tmp_path.glob("*.json")
+    before = path.read_bytes()
+    monkeypatch.setenv(cache.SWITCH, value)
+    pol = policy(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert drive(pol, Ranks(), range(6), model()) == [1, 2, 3, 4]  # measured again
+    assert not pol.cached and decided(pol)[0] == (5, "decided (measured)")
+    assert not _reuse_warnings(caught, path)
+    assert path.read_bytes() == before  # neither read nor written
+    fresh = tmp_path / "fresh"
+    drive(policy(fresh), Ranks(), range(6), model())
+    assert not list(fresh.glob("*.json"))  # (only this machine's codec speeds, in machine/)
+
+
+@pytest.mark.parametrize("value", ["", "1", "on", "YES"])
+def test_the_switch_on_or_unset_uses_the_cache(monkeypatch, value) -> None:
+    monkeypatch.setenv(cache.SWITCH, value)
+    assert not cache.switched_off()
+    monkeypatch.delenv(cache.SWITCH)
+    assert not cache.switched_off()
+
+
+def test_a_bad_switch_value_is_refused_naming_what_works(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(cache.SWITCH, "sometimes")
+    with pytest.raises(ValueError, match=r"COMPCOLL_POLICY_CACHE='sometimes'.*off \(or 0\)"):
+        drive(policy(tmp_path), Ranks(), range(6), model())
+
+
 def test_deciding_again_never_profiles_or_measures(tmp_path, monkeypatch) -> None:
     pol = policy(tmp_path, cache=False, every=3)
     drive(pol, Ranks(), range(6), model())

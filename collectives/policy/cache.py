@@ -12,6 +12,12 @@ rank plans with the same numbers and every rank ignores a bad file alike. A file
 small regular file (``files.read_small``), does not parse, is foreign (another key), of another
 schema, or holds a field of the wrong type or out of range (:func:`check`) is ignored with a
 warning naming it and why: it is measured again, never trusted.
+
+A file that is used is named in a warning too (once per file and process, on rank 0): the
+run decides from an earlier run's measurements, not from its own. ``COMPCOLL_POLICY_CACHE=off``
+(or ``0``, ``false``, ``no``) ignores the model's files, neither read nor written, so a run
+measures afresh; rank 0's setting decides for all ranks. ``AutoConfig(cache=False)`` does the
+same and also leaves this machine's codec speeds (``machine``) alone.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import json
 import math
 import os
 import platform
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -37,6 +44,9 @@ from .columns import ADAM_ERR, ADAM_RESIDUAL, ADAM_SQ, PER_CANDIDATE, RESIDUAL, 
 
 SCHEMA = 3  # 3: the Adam-space columns (``columns``)
 ENV = "COMPCOLL_CACHE_DIR"
+#: The switch: "off" (or 0, false, no) ignores the cache; "on" (1, true, yes, unset) uses it.
+SWITCH = "COMPCOLL_POLICY_CACHE"
+_OFF, _ON = ("0", "off", "false", "no"), ("", "1", "on", "true", "yes")
 #: Seconds past which a measured time (a codec call, one collective) is not believed.
 MAX_SECONDS = 3600.0
 #: Bound of a fitted parameter: alpha in seconds, beta and gamma in seconds per byte.
@@ -65,6 +75,29 @@ def locate(layout: list[list[Any]], world: int, link_name: str, cfg: Any) -> Loc
     """The file of this layout, world size, link and configuration (``cfg``: AutoConfig)."""
     k = key(layout, world, link_name, cfg.candidates, cfg.min_numel)
     return Located(k, directory(cfg.cache_dir) / f"{k}.json", layout)
+
+
+def switched_off() -> bool:
+    """Whether ``$COMPCOLL_POLICY_CACHE`` turns the cache off; ValueError for a value that
+    is neither on nor off."""
+    value = os.environ.get(SWITCH, "").strip().lower()
+    if value not in _OFF + _ON:
+        raise ValueError(f"{SWITCH}={os.environ[SWITCH]!r} is not a switch: give off (or 0) to "
+                         f"ignore the policy cache, on (or 1, or leave it unset) to use it")
+    return value in _OFF
+
+
+_told: set[str] = set()  # the files named in a warning already (once per process)
+
+
+def _reused(path: Path) -> None:
+    """Say, once per file, that this run decides from an earlier run's measurements."""
+    if str(path) in _told:
+        return
+    _told.add(str(path))
+    warnings.warn(f"policy cache: deciding from the measurements an earlier run kept in {path} "
+                  f"(this model's layout, world size and link), without measuring again; "
+                  f"{SWITCH}=off (or AutoConfig(cache=False)) ignores it", stacklevel=2)
 
 
 def directory(cache_dir: str | None = None) -> Path:
@@ -249,16 +282,25 @@ def load(data: bytes) -> dict[str, Any]:
 
 def fetch(comm: Any, found: Located, cands: tuple[str, ...]) -> dict[str, Any] | None:
     """The table and measured latencies in ``found``, read by rank 0 and validated, on every
-    rank (collective); None on every rank when rank 0 has none."""
+    rank (collective); None on every rank when rank 0 has none or its switch is off."""
     world = comm.size
-    mine = read(found.path, found.key, world, cands, found.layout) if comm.rank == 0 else None
+    off = switched_off()  # on every rank: a bad value fails on every rank alike
+    mine = read(found.path, found.key, world, cands, found.layout) \
+        if comm.rank == 0 and not off else None
     data = share(comm, mine)
-    return None if data is None else load(data)
+    if data is None:
+        return None
+    if comm.rank == 0:
+        _reused(found.path)
+    return load(data)
 
 
 def store(found: Located, cands: tuple[str, ...], table: Mapping[str, np.ndarray],
           measured: Mapping[str, Any] | None, fit: Mapping[str, float] | None) -> None:
-    """Write the measurements to ``found`` (rank 0 only); a non-finite one is not kept."""
+    """Write the measurements to ``found`` (rank 0 only); a non-finite one is not kept, and
+    nothing is with the switch off."""
+    if switched_off():
+        return
     try:
         data = encode(found.key, cands, table, measured, fit)
     except ValueError:  # a non-finite measurement is not worth keeping
