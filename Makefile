@@ -1,4 +1,6 @@
-# Quickstart: `make bench` (allreduce sweep on 4 local ranks vs MPI_Allreduce) and `make test`.
+# Quickstart: `make bench` (allreduce sweep on 4 local ranks vs MPI_Allreduce, then compressed
+# allreduce across 4 emulated hosts at 1 Gbit/s, or the cost model's forecast of it where hosts
+# cannot be emulated) and `make test`.
 # Each target sets up .venv on first use (scripts/setup.sh): `make bench` what running needs,
 # `make test` also the test tools and NVRTC (for the CUDA compile tests).
 VENV := .venv
@@ -6,6 +8,8 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 SETUP_DEPS := pyproject.toml CMakeLists.txt $(wildcard csrc/*.cpp csrc/*.h) scripts/setup.sh
 NP ?= 4
+# The emulated hosts' link for the compressed part of `make bench`.
+LINK ?= 1gbit
 # Your runs go here (git-ignored); bench/results holds the curated, committed results.
 RESULTS ?= compcoll-results
 
@@ -26,15 +30,17 @@ bench: $(STAMP)
 	$(VENV)/bin/compcoll bench allreduce -np $(NP) -b 1K -e 64M -f 4 \
 		--json $(RESULTS)/allreduce_shm_np$(NP).json --plot $(RESULTS)/allreduce_shm_np$(NP).png \
 		--txt $(RESULTS)/allreduce_shm_np$(NP).txt
+	$(VENV)/bin/python -m compcoll_bench.quickstart -np $(NP) --link $(LINK) --out $(RESULTS)
 
 lint: $(TEST_STAMP)
-	$(VENV)/bin/ruff check collectives compressors tests bench docs
+	$(VENV)/bin/ruff check compcoll collectives compressors tests bench docs
 
 docs: $(TEST_STAMP)
 	$(VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
 
+# -p tests.progress: between pytest's dots, a line a minute (time, tests done, the test starting).
 test: $(TEST_STAMP) lint
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=20 tests
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -p tests.progress --durations=20 tests
 
 clean:
 	rm -rf build $(VENV) _compcoll*.so docs/_build

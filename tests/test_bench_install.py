@@ -60,6 +60,9 @@ def _make(*args: str) -> str:
 def test_make_bench_writes_to_the_users_folder_not_the_committed_results() -> None:
     recipe = _make("bench", "NP=4")
     assert "compcoll-results/allreduce_shm_np4.json" in recipe
+    # then compressed allreduce across emulated hosts (or its forecast), beside the sweep
+    assert ("-m compcoll_bench.quickstart -np 4 --link 1gbit --out compcoll-results"
+            in recipe)
     assert "bench/results" not in recipe
     ignored = (ROOT / ".gitignore").read_text().split()
     assert "/compcoll-results/" in ignored

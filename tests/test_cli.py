@@ -479,6 +479,33 @@ def test_compressed_rows_explain_their_error() -> None:
     assert "error feedback" in note and "residual" in note and "--no-feedback" in note
 
 
+def _hint(stdout: str) -> str:
+    """The comment that says where compression pays, joined ("" when absent)."""
+    lines = stdout.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("# compressed rows ran")),
+                 None)
+    if start is None:
+        return ""
+    rest = [line for line in lines[start + 1:] if line.startswith("#   ")]
+    return " ".join([lines[start], *rest])
+
+
+def test_compressed_rows_on_shared_memory_point_to_an_emulated_link() -> None:
+    """Compression seldom pays on shared memory: compressed rows timed without --link say to
+    try --link 1gbit; dense-only rows do not."""
+    res = compcoll("bench", "allreduce", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0",
+                   "--algo", "ring", "--compressor", "uniform:bits=8", timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "--link 1gbit" in _hint(res.stdout) and "shared memory" in _hint(res.stdout)
+    res = compcoll("bench", "allreduce", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0",
+                   "--algo", "ring", timeout=120)
+    assert res.returncode == 0 and not _hint(res.stdout), res.stdout + res.stderr
+    res = compcoll("bench", "compressed", "-s", "4K", "-n", "1", "-w", "0", "--compressor",
+                   "uniform:bits=8", timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "--link 1gbit" in _hint(res.stdout)
+
+
 def test_bench_compressors_writes_to_its_own_folder_and_says_where(tmp_path: Path) -> None:
     res = compcoll("bench", "compressors", "--sizes", "4096", "--threads", "1", "--repeats",
                    "1", "--specs", "none", timeout=60, cwd=tmp_path)

@@ -223,6 +223,8 @@ def run(args: argparse.Namespace) -> int:
     if rank0:
         auto_regret = report.regret(rows, candidates)
         notes = comment(report.ERROR_NOTE) if real else []
+        if real and not args.link:
+            notes += comment(emulated.SHARED_MEMORY_HINT)
         regret = [wrapped for line in report.regret_lines(auto_regret)
                   for wrapped in comment(line.removeprefix("# "))]
         for line in [*report.footer(rows), *regret, *notes]:

@@ -221,6 +221,8 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(_tables(rows)), flush=True)
         if any("rel_error" in r for r in rows):
             print("\n".join(comment(report.ERROR_NOTE)))
+            if not args.link:
+                print("\n".join(comment(emulated.SHARED_MEMORY_HINT)))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"command": ["compcoll", *args.argv], "ranks": p, "bytes": args.size,
