@@ -3,9 +3,12 @@
 #
 #   scripts/setup.sh [main|test] [--dry-run]
 #
-# main (default, `make bench`): CPU torch first (a bare "torch" would pull a multi-GB CUDA
-#   build), MPICH + mpi4py from PyPI, the build tools, and the package itself with its bench
-#   extras (compiling csrc/ into the _compcoll extension).
+# main (default, `make bench`): CPU torch first, pinned, from PyTorch's CPU-only index (PyPI's
+#   torch for Linux is the CUDA build with several GB of CUDA libraries), MPICH + mpi4py from
+#   PyPI, the build tools, and the package itself with its bench extras (compiling csrc/ into
+#   the _compcoll extension). TORCH_VERSION and TORCH_INDEX change the torch step
+#   (TORCH_INDEX= empty, or an index whose host does not resolve: pip's own indexes, as
+#   configured, e.g. a mirror that holds the CPU build).
 # test (`make test`): the same, plus NVRTC for the CUDA compile tests and the test tools.
 # --dry-run: print the steps and their commands, run nothing.
 set -euo pipefail
@@ -23,6 +26,7 @@ for arg in "$@"; do
 done
 PY=${PYTHON:-python3}
 TORCH=${TORCH_VERSION:-2.13.0}
+TORCH_INDEX=${TORCH_INDEX-https://download.pytorch.org/whl/cpu}
 PIP=(.venv/bin/python -m pip install -q)
 if [ "$MODE" = test ]; then TOTAL=5 EXTRAS=bench,test; else TOTAL=4 EXTRAS=bench; fi
 
@@ -39,7 +43,16 @@ new_venv() {
 }
 
 step "virtual environment .venv and pip" new_venv
-step "torch $TORCH (CPU)" "${PIP[@]}" "torch==$TORCH"
+TORCH_ARGS=() TORCH_NOTE=""  # --index-url TORCH_INDEX where its host resolves
+if [ -n "$TORCH_INDEX" ]; then
+  if "$PY" -c "import socket, sys, urllib.parse as u
+socket.getaddrinfo(u.urlsplit(sys.argv[1]).hostname, 443)" "$TORCH_INDEX" 2>/dev/null; then
+    TORCH_ARGS=(--index-url "$TORCH_INDEX")
+  else
+    TORCH_NOTE="; $TORCH_INDEX does not resolve here: pip's own indexes"
+  fi
+fi
+step "torch $TORCH (CPU$TORCH_NOTE)" "${PIP[@]}" "torch==$TORCH" "${TORCH_ARGS[@]}"
 step "MPICH, mpi4py, numpy and the build tools" \
   "${PIP[@]}" "scikit-build-core>=0.10" "nanobind>=2.0" numpy mpi4py mpich
 if [ "$MODE" = test ]; then

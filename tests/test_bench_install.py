@@ -3,6 +3,8 @@ script's two modes and where ``make bench`` writes."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -88,3 +90,66 @@ def test_nvrtc_is_installed_for_the_tests_only() -> None:
     out = subprocess.run(["bash", str(SETUP), "bogus", "--dry-run"], capture_output=True,
                          text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 2 and "main or test" in out.stderr
+
+
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def _dry_run(mode: str, **env: str) -> list[str]:
+    out = subprocess.run(["bash", str(SETUP), mode, "--dry-run"], capture_output=True,
+                         text=True, timeout=60, cwd=ROOT, env={**os.environ, **env})
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
+def test_setup_installs_a_pinned_cpu_torch_from_pytorchs_cpu_index() -> None:
+    """PyPI's torch for Linux is the CUDA build (several GB of CUDA wheels): the set-up pins
+    torch and takes it from PyTorch's CPU-only index, or from pip's own indexes (a mirror)
+    where that index's host does not resolve, and says so."""
+    text = SETUP.read_text()
+    assert f"TORCH_INDEX=${{TORCH_INDEX-{CPU_INDEX}}}" in text
+    assert "TORCH=${TORCH_VERSION:-2.13.0}" in text
+    lines = _dry_run("main", TORCH_INDEX="http://localhost/whl/cpu")  # a host that resolves
+    assert any(line.strip().endswith("torch==2.13.0 --index-url http://localhost/whl/cpu")
+               for line in lines), lines
+    lines = _dry_run("test", TORCH_INDEX="https://nowhere.invalid/whl/cpu")
+    step = next(i for i, line in enumerate(lines) if line.startswith("[2/"))
+    assert "nowhere.invalid/whl/cpu does not resolve here" in lines[step], lines
+    assert lines[step + 1].strip().endswith("torch==2.13.0"), lines
+
+
+def _sh_blocks(text: str) -> list[list[str]]:
+    """The commands of each ```sh block (comments and blank lines dropped)."""
+    blocks = re.findall(r"```sh\n(.*?)```", text, re.S)
+    return [[line.split("#")[0].strip() for line in b.splitlines()
+             if line.split("#")[0].strip()] for b in blocks]
+
+
+def test_the_readme_install_block_takes_cpu_torch_and_compiles_once() -> None:
+    """Into one's own environment: a pinned CPU torch from the CPU index, then compcoll in ONE
+    pip line (each ``pip install .`` compiles the extension again); no bare ``pip install
+    torch`` (the CUDA build) and no ``torch`` extra (PyPI's default build) anywhere."""
+    readme = (ROOT / "README.md").read_text()
+    block = next(b for b in _sh_blocks(readme) if any(c.startswith("pip ") for c in b))
+    pips = [c for c in block if c.startswith("pip install")]
+    assert pips[0] == f"pip install torch==2.13.0 --index-url {CPU_INDEX}", pips
+    assert len([c for c in pips if re.search(r"pip install (-e )?'?\.", c)]) == 1, pips
+    assert "compcoll doctor" in block
+    docs = [p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts]
+    for page in [ROOT / "README.md", *docs]:
+        text = page.read_text()
+        assert ".[torch" not in text, page
+        commands = [c for b in _sh_blocks(text) for c in b]
+        assert "pip install torch" not in commands, page
+    assert f"pip install torch==2.13.0 --index-url {CPU_INDEX}" in \
+        (ROOT / "docs" / "index.md").read_text()
+    tomllib = pytest.importorskip("tomllib")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert extras["torch"] == ["torch>=2.1,<3"]  # the package's requirement stays a range
+
+
+def test_the_readme_names_the_compcoll_import_and_the_emulated_bench() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "import compcoll" in readme and "compcoll.allreduce" in readme
+    assert "`compcoll bench compressed -np 4 --link 1gbit`" in readme
