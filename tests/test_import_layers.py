@@ -27,7 +27,7 @@ FLOORS: dict[str, int] = {
     # policies
     "policy": 6,
     # integration
-    "ddp": 7, "fsdp": 7, "backend": 7, "torchwork": 7, "_autoload": 7,
+    "ddp": 7, "fsdp": 7, "backend": 7, "torchwork": 7, "_autoload": 7, "lightning": 7,
 }
 
 
