@@ -27,7 +27,7 @@ from compcoll_bench.commands.train_models import task
 
 from torchrun_checks import Checks, P
 
-BATCHES, ACCUM, BATCH = 60, 2, 16
+BATCHES, ACCUM, BATCH = 40, 2, 16  # 47 batches per rank and epoch
 RULES = [("numel>=16384", "uniform:bits=8"), ("*", "none")]
 checks = Checks("torchrun accelerate")
 check = checks.check
