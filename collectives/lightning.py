@@ -34,7 +34,8 @@ def _callback_base() -> type:
 
 
 class CompressionCallback:
-    """A Lightning callback that compresses DDP's gradient averaging with our hook.
+    """A Lightning callback that compresses DDP's gradient averaging with
+    :func:`collectives.ddp.compression_hook`.
 
     ``policy``: a :class:`collectives.ddp.CompressionState` to use as it is, or what
     ``CompressionState(policy=...)`` accepts (a compressor spec, rules, a table, "auto"), with
@@ -59,7 +60,7 @@ class CompressionCallback:
 
     state: CompressionState
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> CompressionCallback:
+    def __new__(cls, policy: Any = "auto", **kwargs: Any) -> CompressionCallback:
         # A subclass of Lightning's Callback too, made once per Lightning package: the
         # Trainer accepts only its own Callback's subclasses.
         base = _callback_base()
