@@ -73,6 +73,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import AllgatherOptions  # not re-exported by dist
 
 from . import torchwork
+from .config import resolve_timeout
 from .errors import MismatchError
 
 NAME = "compcoll"
@@ -234,13 +235,21 @@ class CompressedProcessGroup(dist.ProcessGroup):
                  config: BackendConfig) -> None:
         super().__init__(rank, size)
         self._rank, self._size, self.config = rank, size, config
-        self._inner = dist.ProcessGroupGloo(dist.PrefixStore("compcoll/gloo", store), rank,
-                                            size, timeout)
+        # Keys of this group's own: a group made again after destroy_process_group gets the
+        # same store (torchrun's agent store, the same prefix), and gloo's rendezvous would
+        # read the keys of the destroyed group's listeners. Every rank counts the groups it
+        # made on this store; ranks that re-create groups together count alike.
+        made = store.add(f"compcoll/groups made by rank {rank}", 1)
+        keys = dist.PrefixStore(f"compcoll/{made}", store)
+        self._inner = dist.ProcessGroupGloo(dist.PrefixStore("gloo", keys), rank, size,
+                                            timeout)
+        self._keys = dist.PrefixStore("split", keys)  # for the two-level sub-groups
         # torch's own entry points that bypass these methods (the group's name, collectives
         # dispatched from C++) find gloo as the group's CPU backend
         self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM,
                                self._inner)
-        self._timeout = timeout.total_seconds()
+        self._group_timeout = timeout
+        self._timeout = deadline(timeout)
         self._comm: Any = None
         self._worker: Any = None
         self._feedbacks: OrderedDict[tuple[int, int, str], Any] = OrderedDict()
@@ -264,13 +273,24 @@ class CompressedProcessGroup(dist.ProcessGroup):
         t = tensors[0]
         return (t.is_floating_point() and t.dtype in (torch.float32, torch.float64,
                                                        torch.float16, torch.bfloat16)
-                and t.device.type == "cpu" and t.is_contiguous()
-                and t.numel() >= max(self.config.min_numel, 1))
+                and t.device.type == "cpu" and t.numel() >= max(self.config.min_numel, 1))
 
     def allreduce(self, tensors: list[Any], opts: Any = None) -> Any:
-        """Compressed where it applies (see the module doc), gloo's own elsewhere."""
+        """Compressed where it applies (see the module doc), gloo's own elsewhere. A strided
+        tensor (a slice, a transpose) is reduced as a contiguous copy, copied back after: gloo
+        would read and write its storage as if it were contiguous."""
         opts = opts if opts is not None else dist.AllreduceOptions()
         _no_integer_average(tensors, opts, "allreduce")
+        if any(not t.is_contiguous() for t in tensors):
+            dense = [t.contiguous() for t in tensors]
+            return torchwork.then(self._allreduce(dense, opts, tensors),
+                                  lambda: [t.copy_(d) for t, d in zip(tensors, dense,
+                                                                      strict=True)])
+        return self._allreduce(tensors, opts, tensors)
+
+    def _allreduce(self, tensors: list[Any], opts: Any, given: list[Any]) -> Any:
+        """Allreduce of contiguous ``tensors`` (``given``: the caller's, which key the error
+        feedback)."""
         if not self._compresses(tensors, opts):
             self.plain += 1
             if _is(opts, dist.ReduceOp.AVG):  # a sum, then the division (any gloo version)
@@ -278,26 +298,34 @@ class CompressedProcessGroup(dist.ProcessGroup):
                                       lambda: [t.div_(self._size) for t in tensors])
             return self._inner.allreduce(tensors, opts)
         self.compressed += 1
-        return self._start(tensors[0], avg=_is(opts, dist.ReduceOp.AVG))
+        return self._start(tensors[0], given[0], avg=_is(opts, dist.ReduceOp.AVG))
 
-    def _start(self, t: Any, avg: bool) -> Any:
-        from . import api
-        from .ddp.worker import Job, Worker
+    def _communicator(self) -> Any:
+        """compcoll's transport on the inner gloo group (made on first use), which splits
+        into gloo groups of its own for two-level calls on hosts of several ranks."""
+        from .ddp.worker import Worker
         from .transport.torch_dist import ProcessGroupCommunicator
 
         if self._comm is None:
-            self._comm = ProcessGroupCommunicator(self._inner)
+            self._comm = ProcessGroupCommunicator(self._inner, self._keys, self._group_timeout)
             self._worker = Worker()
+        return self._comm
+
+    def _start(self, t: Any, given: Any, avg: bool) -> Any:
+        from . import api
+        from .ddp.worker import Job
+
+        comm = self._communicator()
         # Rank-independent: the same call order gives every rank the same name and step.
         name = f"backend/{t.numel()}:{str(t.dtype).removeprefix('torch.')}"
         step = self._steps.get(name, 0)
         self._steps[name] = step + 1
         previous = self._running.get(name)
         if previous is not None:
-            previous.wait(self._timeout)  # it shares this name's scratch memory
-        handle = api.iallreduce(t, op="avg" if avg else "sum", comm=self._comm, out=t,
+            previous.wait(resolve_timeout(self._timeout))  # it shares this name's scratch
+        handle = api.iallreduce(t, op="avg" if avg else "sum", comm=comm, out=t,
                                 compressor=self.config.compressor,
-                                feedback=self._feedback_of(t), name=name, step=step,
+                                feedback=self._feedback_of(given), name=name, step=step,
                                 timeout=self._timeout)
         fut: torch.futures.Future[Any] = torch.futures.Future()
         finished = self._running[name] = threading.Event()
@@ -312,7 +340,8 @@ class CompressedProcessGroup(dist.ProcessGroup):
             return None
         import compressors
 
-        key = (t.data_ptr(), t.numel(), str(t.dtype))
+        layout = str(t.dtype) if t.is_contiguous() else f"{t.dtype} strides {t.stride()}"
+        key = (t.data_ptr(), t.numel(), layout)
         fb = self._feedbacks.pop(key, None)
         if fb is None:
             fb = compressors.ErrorFeedback(compressors.get(self.config.compressor))
@@ -406,13 +435,29 @@ def _sum_opts() -> Any:
     return opts
 
 
+def deadline(group_timeout: timedelta) -> float | None:
+    """Seconds each wait of a compressed call may go without progress: the group's timeout
+    (``init_process_group(timeout=...)``, as long as gloo would wait), or None, which is
+    ``collectives.defaults.timeout``, where ``COMPCOLL_TIMEOUT`` is set."""
+    seconds = group_timeout.total_seconds()
+    if os.environ.get("COMPCOLL_TIMEOUT", "").strip() or not 0 < seconds < float("inf"):
+        return None
+    return seconds
+
+
 def _settings() -> BackendConfig:
     """The configuration in force, and the process-wide settings read now (a bad value
-    raises ValueError naming its variable here, not in the middle of training)."""
+    raises ValueError naming its variable here, not in the middle of training): the
+    defaults, the polling of waits and the launcher's variables that place this rank on a
+    host."""
     from .config import defaults
+    from .topology import host_key
+    from .transport.waiting import poll_settings
 
     for name in ("timeout", "validate", "segment_bytes", "compressed_segment_bytes"):
         getattr(defaults, name)
+    poll_settings()
+    host_key()
     return (_config if _config is not None else BackendConfig.from_env()).checked()
 
 

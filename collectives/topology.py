@@ -5,7 +5,9 @@ A rank's host key is, first found: ``COMPCOLL_HOST`` (a host group name, e.g. to
 several hosts on one machine); torchrun's node (``GROUP_RANK``, or the node's first global
 rank ``RANK - LOCAL_RANK``, where ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` are set); else the
 hostname and the kernel's boot id, so two machines that share a hostname stay apart. Ranks
-exchange a 128-bit digest of their key in one small allgather.
+exchange a 128-bit digest of their key in one small allgather. A torchrun variable that is
+not a rank (``LOCAL_RANK=x``) raises ValueError naming it on that rank, and the allgather
+tells the others, which raise too instead of waiting.
 """
 
 from __future__ import annotations
@@ -54,11 +56,23 @@ def host_key(env: Mapping[str, str] | None = None, hostname: str | None = None,
         return f"override:{override}"
     if "LOCAL_RANK" in env and "LOCAL_WORLD_SIZE" in env:
         if env.get("GROUP_RANK", "").strip():
-            return f"torchrun:node {int(env['GROUP_RANK'])}"
+            return f"torchrun:node {_rank_of(env, 'GROUP_RANK')}"
         if env.get("RANK", "").strip():  # torchrun numbers a node's ranks consecutively
-            return f"torchrun:first rank {int(env['RANK']) - int(env['LOCAL_RANK'])}"
+            return f"torchrun:first rank {_rank_of(env, 'RANK') - _rank_of(env, 'LOCAL_RANK')}"
     host = socket.gethostname() if hostname is None else hostname
     return f"host:{host} boot:{boot_id() if boot is None else boot}"
+
+
+def _rank_of(env: Mapping[str, str], name: str) -> int:
+    """The whole number >= 0 in ``env[name]`` (a launcher's rank variable); else ValueError
+    naming the variable, its value and how to go on."""
+    raw = env.get(name, "")
+    text = raw.strip()
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"{name}={raw!r} is not a rank (a whole number >= 0), so this rank's "
+                         f"host cannot be told from torchrun's variables; fix or unset "
+                         f"{name}, or name the host group with {ENV}")
+    return int(text)
 
 
 def digest(key: str) -> list[int]:
@@ -114,8 +128,20 @@ def topology(comm: Communicator, *, timeout: float | None = None) -> Topology:
     """The hosts of ``comm`` (collective on the first call, one small allgather bounded by
     ``timeout``; then cached on the communicator)."""
     if comm.cache.topology is None:
-        table = comm.allgather_ints(digest(host_key()), collective="topology", timeout=timeout)
-        comm.cache.topology = Topology.from_keys([tuple(row) for row in table.tolist()],
+        refused: ValueError | None = None
+        try:
+            row = [0, *digest(host_key())]
+        except ValueError as exc:  # told to every rank, so none waits for this one
+            refused, row = exc, [1, 0, 0]
+        table = comm.allgather_ints(row, collective="topology", timeout=timeout)
+        bad = [r for r in range(comm.size) if table[r, 0]]
+        if refused is not None:
+            raise refused
+        if bad:
+            raise ValueError(f"the host of rank(s) {bad} cannot be told from their environment "
+                             f"(a bad GROUP_RANK, RANK or LOCAL_RANK there: see the error on "
+                             f"that rank); fix it, or name each rank's host group with {ENV}")
+        comm.cache.topology = Topology.from_keys([tuple(row) for row in table[:, 1:].tolist()],
                                                  comm.rank)
     return comm.cache.topology
 

@@ -20,7 +20,7 @@ import numpy as np
 from ..agreement import check, message
 from ..config import check_timeout
 from ..errors import CommunicationError, CommunicatorUnusable, TransportError
-from .waiting import test_all, wait_all
+from .waiting import poll_settings, test_all, wait_all
 
 if TYPE_CHECKING:
     from ..costparams import CostParams
@@ -116,6 +116,7 @@ class Communicator(ABC):
     matches_by_tag: bool = True
 
     def __init__(self) -> None:
+        poll_settings()  # a bad COMPCOLL_POLL_* is refused here, before any message
         self._seq = 0
         #: bytes this rank has handed to isend, here and on the communicators split from this
         #: one (benchmarks read it to report traffic)

@@ -240,9 +240,13 @@ class TorchCommunicator(Communicator):
 class ProcessGroupCommunicator(TorchCommunicator):
     """compcoll transport on a bare ``ProcessGroup`` object that torch.distributed does not
     know as a group (the ``compcoll`` backend's own gloo group): its methods are called
-    directly, with group ranks."""
+    directly, with group ranks.
 
-    def __init__(self, pg: Any) -> None:
+    ``store`` (a key-value store of the group's ranks, keys of its own) lets it be split:
+    each sub-communicator is a gloo group that only its members create, on keys under
+    ``store`` that no other split uses; ``timeout`` is their gloo operations' deadline."""
+
+    def __init__(self, pg: Any, store: Any = None, timeout: timedelta | None = None) -> None:
         Communicator.__init__(self)
         self._pg = pg  # owned by the backend's process group, which owns this communicator
         self._rank, self._size = int(pg.rank()), int(pg.size())
@@ -250,6 +254,8 @@ class ProcessGroupCommunicator(TorchCommunicator):
         self.backend = str(pg.name()) if hasattr(pg, "name") else "gloo"
         self.stage_device = None
         self.matches_by_tag = True
+        self._store, self._timeout = store, timeout
+        self._splits = 0  # splits so far: the same count on every rank (each is collective)
 
     @property
     def group(self) -> Any:
@@ -271,11 +277,30 @@ class ProcessGroupCommunicator(TorchCommunicator):
         return self.group.allreduce([t], opts)
 
     def _split(self, color: int | None, key: int, groups: list[list[int]],
-               timeout: float | None) -> TorchCommunicator | None:
-        raise TypeError("a bare process group cannot be split into sub-communicators: pass "
-                        "a torch.distributed group or an MPI communicator, or use a flat "
-                        "algorithm (ring, rabenseifner, ...)")
+               timeout: float | None) -> ProcessGroupCommunicator | None:
+        """This rank's group of ``groups`` as a new gloo group (its members create it, on keys
+        of this split and group; every rank of this communicator calls it, in the same order
+        with respect to the other splits)."""
+        self.check_usable()
+        if self._store is None:
+            raise TypeError("a bare process group without a store cannot be split into "
+                            "sub-communicators: pass a torch.distributed group or an MPI "
+                            "communicator, or use a flat algorithm (ring, rabenseifner, ...)")
+        _, dist = _torch()
+        self._splits += 1
+        wait = self._timeout or timedelta(seconds=resolve_timeout(timeout))
+        for index, ranks in enumerate(groups):
+            if self._rank not in ranks:
+                continue
+            store = dist.PrefixStore(f"split{self._splits}.{index}", self._store)
+            try:
+                pg = dist.ProcessGroupGloo(dist.PrefixStore("gloo", store),
+                                           ranks.index(self._rank), len(ranks), wait)
+            except RuntimeError as exc:
+                raise self._engine_error("gloo group creation (split) failed", exc) from exc
+            return ProcessGroupCommunicator(pg, store, self._timeout)
+        return None
 
     def split(self, ranks: list[int], timeout: float = 300.0) -> TorchCommunicator | None:
-        raise NotImplementedError("a bare process group cannot be split: pass a "
-                                  "torch.distributed group or an MPI communicator")
+        """A sub-group of ``ranks`` (every rank calls it; None where not a member)."""
+        return self._split(None, 0, [list(ranks)], timeout)

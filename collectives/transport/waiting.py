@@ -22,9 +22,28 @@ class Request(Protocol):
 
     def block(self, seconds: float) -> bool: ...
 
-# Polling: spin on the engine, then yield the core, then sleep with back-off (long waits).
-_SPINS = int(os.environ.get("COMPCOLL_POLL_SPINS", 32))
-_YIELDS = int(os.environ.get("COMPCOLL_POLL_YIELDS", 2000))
+#: Polling: a wait spins on the engine for its first ``COMPCOLL_POLL_SPINS`` polls, then
+#: yields the core until poll ``COMPCOLL_POLL_YIELDS``, then sleeps with back-off (long waits).
+POLL_DEFAULTS = {"COMPCOLL_POLL_SPINS": 32, "COMPCOLL_POLL_YIELDS": 2000}
+_poll: tuple[int, int] | None = None  # (spins, yields), once read
+
+
+def poll_settings() -> tuple[int, int]:
+    """(spins, yields) of a wait's polling (see ``POLL_DEFAULTS``), each a whole number >= 0
+    read from its environment variable on first use, never at import (``import torch`` loads
+    compcoll's backend entry point): a bad value raises ValueError naming the variable when a
+    communicator is created, and every call until it is fixed."""
+    global _poll
+    if _poll is None:
+        values = []
+        for env, default in POLL_DEFAULTS.items():
+            raw = os.environ.get(env, "").strip()
+            if raw and not (raw.isascii() and raw.isdigit()):
+                raise ValueError(f"{env}={os.environ[env]!r}: use a whole number >= 0 (polls "
+                                 f"of a wait; unset, {default})")
+            values.append(int(raw) if raw else default)
+        _poll = (values[0], values[1])
+    return _poll
 
 
 def wait_all(requests: list[Request], *, collective: str, timeout: float | None = None) -> None:
@@ -75,6 +94,7 @@ def _wait(requests: list[Request], collective: str, timeout: float) -> None:
     if not pending:
         return
     deadline = time.monotonic() + timeout
+    most_spins, most_yields = poll_settings()
     spins, sleep = 0, 2e-6
     while pending:
         if pending[0].blocking:
@@ -90,8 +110,8 @@ def _wait(requests: list[Request], collective: str, timeout: float) -> None:
         if spins % 16 == 0 and time.monotonic() > deadline:
             r = pending[0]
             raise CollectiveTimeout(collective, r.what, r.peer, timeout)
-        if spins > _SPINS:
-            if spins > _YIELDS:
+        if spins > most_spins:
+            if spins > most_yields:
                 time.sleep(sleep)
                 sleep = min(sleep * 2, 5e-4)
             else:
