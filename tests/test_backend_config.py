@@ -4,8 +4,10 @@ of their environment variable, when a group is created, and never break ``import
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from datetime import timedelta
 
 import pytest
 
@@ -97,7 +99,8 @@ except ValueError as exc:
     ("COMPCOLL_TIMEOUT", "abc"), ("COMPCOLL_VALIDATE", "maybe"),
     ("COMPCOLL_SEGMENT_BYTES", "abc"), ("COMPCOLL_MIN_NUMEL", "abc"),
     ("COMPCOLL_COMPRESSOR", "bogus"), ("COMPCOLL_FEEDBACK", "maybe"),
-    ("COMPCOLL_FEEDBACK_MAX_TENSORS", "none"),
+    ("COMPCOLL_FEEDBACK_MAX_TENSORS", "none"), ("COMPCOLL_POLL_SPINS", "abc"),
+    ("COMPCOLL_POLL_YIELDS", "1e3"), ("COMPCOLL_POLL_SPINS", "-1"),
 ])
 def test_a_bad_variable_never_breaks_import_torch_and_is_refused_at_group_creation(
         var, value) -> None:
@@ -107,3 +110,63 @@ def test_a_bad_variable_never_breaks_import_torch_and_is_refused_at_group_creati
     assert res.returncode == 0, res.stderr[-3000:]
     assert "imported, registered: True" in res.stdout, res.stdout + res.stderr[-3000:]
     assert f"refused: {var}={value!r}" in res.stdout, res.stdout
+
+
+@pytest.fixture
+def fresh_polling(monkeypatch):
+    """The polling counts read again from the environment (and again after the test)."""
+    from collectives.transport import waiting
+
+    for var in waiting.POLL_DEFAULTS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(waiting, "_poll", None)
+    yield monkeypatch
+    waiting._poll = None
+
+
+def test_polling_counts_are_whole_numbers_read_on_first_use(fresh_polling) -> None:
+    from collectives.transport.waiting import POLL_DEFAULTS, poll_settings
+
+    assert poll_settings() == tuple(POLL_DEFAULTS.values()) == (32, 2000)
+    import collectives.transport.waiting as waiting
+
+    waiting._poll = None
+    fresh_polling.setenv("COMPCOLL_POLL_SPINS", " 0 ")
+    fresh_polling.setenv("COMPCOLL_POLL_YIELDS", "10")
+    assert poll_settings() == (0, 10)
+
+
+@pytest.mark.parametrize("var,value", [
+    ("COMPCOLL_POLL_SPINS", "abc"), ("COMPCOLL_POLL_SPINS", "-5"),
+    ("COMPCOLL_POLL_YIELDS", "1e3"), ("COMPCOLL_POLL_YIELDS", "2.5"),
+])
+def test_a_bad_polling_count_is_refused_by_name_when_a_communicator_is_made(
+        fresh_polling, var, value) -> None:
+    import torch.distributed as dist
+
+    from collectives.transport.torch_dist import ProcessGroupCommunicator
+    from collectives.transport.waiting import poll_settings
+
+    fresh_polling.setenv(var, value)
+    words = f"{var}={value!r}: use a whole number >= 0"
+    with pytest.raises(ValueError, match=re.escape(words)):
+        poll_settings()
+    pg = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, timedelta(seconds=10))
+    with pytest.raises(ValueError, match=re.escape(words)):
+        ProcessGroupCommunicator(pg)
+
+
+@pytest.mark.parametrize("var,value", [("LOCAL_RANK", "x"), ("RANK", "1e3"),
+                                       ("GROUP_RANK", "-1")])
+def test_a_bad_torchrun_rank_variable_is_refused_by_name_at_group_creation(
+        clean_env, var, value) -> None:
+    import torch.distributed as dist
+
+    from collectives.backend import create
+
+    for name, given in {"LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "1", "RANK": "1",
+                        "GROUP_RANK": "", var: value}.items():
+        clean_env.setenv(name, given)
+    clean_env.delenv("COMPCOLL_HOST", raising=False)
+    with pytest.raises(ValueError, match=re.escape(f"{var}={value!r} is not a rank")):
+        create(dist.HashStore(), 0, 1, timedelta(seconds=10))
