@@ -14,7 +14,7 @@ from .algorithms.common import Job, blocks_from_counts, partition
 from .config import defaults
 from .progress import Handle
 from .transport import Communicator
-from .validation import agree, digest, open_comm, refusing
+from .validation import agree, check_counts, check_root, digest, open_comm, refusing
 
 _OP_CODES = {name: i for i, name in enumerate(ops.SUPPORTED_OPS)}
 
@@ -211,10 +211,7 @@ def reduce_scatter(buf: Any, *, op: str = "sum", comm: Any = None,
         if counts is None:
             blocks = partition(n, c.size)
         else:
-            if len(counts) != c.size or sum(int(x) for x in counts) != n or min(counts) < 0:
-                raise ValueError(
-                    f"counts must hold {c.size} non-negative sizes summing to {n}, got {counts}"
-                )
+            counts = check_counts(counts, c.size, n)
             blocks = blocks_from_counts(counts)
     if defaults.validate if validate is None else validate:
         _validate(c, "reduce_scatter", {"element count": n, "dtype": _dtype(dtype),
@@ -275,8 +272,7 @@ def broadcast(buf: Any, *, root: int = 0, comm: Any = None, timeout: float | Non
     """
     c = open_comm(comm, timeout, validate)
     with _checks(c, "broadcast", validate, timeout):
-        if not 0 <= root < c.size:
-            raise ValueError(f"root must be a rank in [0, {c.size}), got {root}")
+        root = check_root(root, c.size)
         prepared = buffers.prepare(buf, buf)
     dtype = prepared.dtype
     if defaults.validate if validate is None else validate:

@@ -13,6 +13,7 @@ collective the others abandoned.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -128,3 +129,31 @@ def refusing(comm: Communicator, path: str, validate: bool,
             except Exception:  # noqa: BLE001 - the caller's own error is the one to raise
                 pass
         raise
+
+
+def check_root(root: Any, size: int) -> int:
+    """``root`` as a rank of a communicator of ``size`` ranks: an integer, not a bool, in
+    [0, size); else TypeError or ValueError naming it (every rank that passes the same root
+    raises alike, before any message)."""
+    if isinstance(root, bool) or not isinstance(root, numbers.Integral):
+        raise TypeError(f"root must be a rank in [0, {size}) given as an int, got "
+                        f"{type(root).__name__} {root!r}")
+    if not 0 <= root < size:
+        raise ValueError(f"root must be a rank in [0, {size}), got {root}")
+    return int(root)
+
+
+def check_counts(counts: Any, size: int, total: int) -> list[int]:
+    """``counts`` as ``size`` block sizes: integers (not bools) >= 0 summing to ``total``;
+    else TypeError or ValueError naming the argument and what would do."""
+    want = f"counts must hold {size} non-negative sizes summing to {total}"
+    if isinstance(counts, (str, bytes)) or not hasattr(counts, "__len__"):
+        raise TypeError(f"{want} (a list of ints), got {type(counts).__name__} {counts!r}")
+    for i, c in enumerate(counts):
+        if isinstance(c, bool) or not isinstance(c, numbers.Integral):
+            raise TypeError(f"{want} (a list of ints); counts[{i}] is {type(c).__name__} "
+                            f"{c!r}")
+    values = [int(c) for c in counts]
+    if len(values) != size or sum(values) != total or min(values, default=0) < 0:
+        raise ValueError(f"{want}, got {values}")
+    return values
