@@ -12,10 +12,20 @@ everything else that runs on the default group then go through this backend:
 * ``allreduce`` with SUM (or AVG) of a floating-point tensor of at least ``min_numel``
   elements is compressed (:func:`collectives.iallreduce` with the configured compressor, on
   compcoll's own gloo group); the work completes on a background thread, so DDP's buckets
-  overlap the backward pass as with gloo;
+  overlap the backward pass as with gloo. On hosts of several ranks it runs two-level where
+  the library chooses that (its intra- and cross-host steps on gloo groups of its own);
 * every other call (small or integer tensors, MAX/MIN/PRODUCT, broadcast, allgather,
   ``all_gather_into_tensor``, ``reduce_scatter_tensor``, all-to-all, barrier, send/recv, ...)
   is gloo's own, unchanged. AVG of an integer tensor is refused, as gloo refuses it.
+
+A strided tensor (a slice such as ``t[:, ::2]``, a transpose) is reduced as a contiguous copy,
+copied back when the call completes, compressed or not: the elements between its strides are
+left alone (gloo's own allreduce would treat its storage as contiguous).
+
+Deadlines: each wait of a compressed call may last as long as the group's timeout
+(``init_process_group(timeout=...)``, 30 minutes by default, as gloo waits), unless
+``COMPCOLL_TIMEOUT`` is set, which then wins. A group can be made again after
+``destroy_process_group``, as often as wanted (each gets store keys of its own).
 
 Errors: a call that fails on the background thread (a peer died, a deadline passed) raises
 from the call that waits for it, ``dist.all_reduce(t)`` itself or ``work.wait()`` after
@@ -46,7 +56,9 @@ checks, when it is created, that every rank has the same compressor, feedback an
 ``min_numel`` (ranks that disagree would send differently shaped messages and wait for each
 other until the timeout): ``MismatchError`` naming the variable and each rank's value on
 every rank otherwise. The process-wide settings (``COMPCOLL_TIMEOUT``, ``COMPCOLL_VALIDATE``,
-``COMPCOLL_SEGMENT_BYTES``, ...) are read then too, so a bad one fails group creation.
+``COMPCOLL_SEGMENT_BYTES``, ``COMPCOLL_POLL_SPINS``, ...) are read then too, and so are
+torchrun's variables that place the rank on its host (``GROUP_RANK``, ``RANK``,
+``LOCAL_RANK``): a bad one fails group creation, on every rank.
 
 Example::
 
