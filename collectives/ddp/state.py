@@ -71,7 +71,22 @@ class CompressionState:
         self._comps.update(self.policy.instances())
 
     def bind(self, model: Any) -> CompressionState:
-        """Learn parameter names and kinds from ``model`` (or its DDP wrapper); returns self."""
+        """Learn parameter names and kinds from ``model``, the DistributedDataParallel wrapper
+        the hook is registered on; returns self.
+
+        Layers are named as the unwrapped model's ``named_parameters()`` names them (without
+        DDP's ``module.`` and torch.compile's ``_orig_mod.``); a tied parameter is one layer
+        under its first name, with its first owner's kind (see ``policy.model_layers``).
+        """
+        if not callable(getattr(model, "register_comm_hook", None)):
+            raise TypeError(
+                f"CompressionState.bind() needs the DistributedDataParallel model the hook is "
+                f"registered on (model.register_comm_hook), got {type(model).__name__}: a "
+                f"module that is not wrapped in DDP never calls a communication hook, so "
+                f"nothing would be averaged. Wrap it first (model = DistributedDataParallel("
+                f"model)); under Accelerate, bind what accelerator.prepare() returns, and if "
+                f"that is the bare module the job runs a single process: start it with "
+                f"torchrun --nproc-per-node N")
         found = model_layers(model)
         self._names = {id(p): name for name, (p, _) in found.items()}
         self._names.update({p.data_ptr(): name for name, (p, _) in found.items()})

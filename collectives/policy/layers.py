@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 #: Kinds a rule may name with ``kind=``.
@@ -15,12 +15,20 @@ class Layer:
 
     ``kind`` is "1d" for tensors of at most one dimension (biases, norm scales), else the
     kind of the module that owns the parameter: "embedding", "conv", "linear" or "other".
+    ``aliases``: the other names of a parameter that several modules share (a tied
+    embedding's ``lm_head.weight``); they do not take part in comparisons.
     """
 
     name: str
     numel: int
     shape: tuple[int, ...]
     kind: str
+    aliases: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The name, then the aliases: what a table key or a ``name~`` rule may match."""
+        return (self.name, *self.aliases)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -58,15 +66,50 @@ def layer_of(name: str, tensor: Any, module: Any = None) -> Layer:
     return Layer(name, numel, shape, kind)
 
 
+#: Prefixes wrappers put before a module's own names: DDP's ``module`` and
+#: torch.compile's ``_orig_mod`` (which may also wrap a submodule, so it is dropped anywhere).
+_WRAPPER_PARTS = ("_orig_mod",)
+
+
+def unwrap(model: Any) -> Any:
+    """The user's module inside DDP (``.module``) and torch.compile (``._orig_mod``) wrappers."""
+    while True:
+        if hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif callable(getattr(model, "register_comm_hook", None)) and hasattr(model, "module"):
+            model = model.module
+        else:
+            return model
+
+
+def clean_name(name: str) -> str:
+    """A parameter name as the unwrapped model's ``named_parameters()`` gives it: without
+    torch.compile's ``_orig_mod.`` parts (a table written for the plain model applies to the
+    compiled one)."""
+    return ".".join(part for part in name.split(".") if part not in _WRAPPER_PARTS)
+
+
 def model_layers(model: Any) -> dict[str, tuple[Any, Layer]]:
-    """name -> (parameter, Layer) for every trainable parameter of ``model`` (the module
-    inside a DistributedDataParallel wrapper, so names match the unwrapped model)."""
-    inner = getattr(model, "module", model)
-    out: dict[str, tuple[Any, Layer]] = {}
-    for mod_name, module in inner.named_modules():
+    """name -> (parameter, Layer) for every trainable parameter of ``model``, under the names
+    ``named_parameters()`` gives them on the unwrapped model (see :func:`unwrap`).
+
+    A parameter that several modules share (a tied embedding and output layer) is one layer,
+    under its first name, with the kind of its first owner; its other names are its
+    ``aliases``.
+    """
+    found: dict[int, tuple[str, Any, Any, list[str]]] = {}
+    for mod_name, module in unwrap(model).named_modules(remove_duplicate=False):
         for p_name, p in module.named_parameters(recurse=False):
             if not p.requires_grad:
                 continue
-            full = f"{mod_name}.{p_name}" if mod_name else p_name
-            out[full] = (p, layer_of(full, p, module))
+            full = clean_name(f"{mod_name}.{p_name}" if mod_name else p_name)
+            if id(p) in found:
+                if full != found[id(p)][0] and full not in found[id(p)][3]:
+                    found[id(p)][3].append(full)
+            else:
+                found[id(p)] = (full, p, module, [])
+    out: dict[str, tuple[Any, Layer]] = {}
+    for full, p, module, aliases in found.values():
+        lay = layer_of(full, p, module)
+        out[full] = (p, Layer(lay.name, lay.numel, lay.shape, lay.kind, tuple(aliases)))
     return out

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .base import Policy, canonical
-from .layers import KINDS, Layer
+from .layers import KINDS, Layer, clean_name
 
 Test = Callable[[Layer], bool]
 _CMP = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt,
@@ -56,7 +56,9 @@ def _term(term: str, cond: str) -> Test:
             rx = re.compile(term[5:].strip())
         except re.error as exc:
             raise ValueError(f"rule {cond!r}: bad regular expression: {exc}") from None
-        return lambda layer: rx.search(layer.name) is not None
+        # A shared parameter matches under any of its names (``lm_head.weight`` is the tied
+        # ``wte.weight``).
+        return lambda layer: any(rx.search(n) is not None for n in layer.names)
     raise ValueError(f"rule {cond!r}: cannot read {term!r}; expected '*', numel<N (<=, >, >=), "
                      "kind=K or name~REGEX, joined by '&'")
 
@@ -104,10 +106,14 @@ class Rules(Policy):
 
 
 class Table(Policy):
-    """A fixed table: parameter name -> compressor spec, with an optional default."""
+    """A fixed table: parameter name -> compressor spec, with an optional default.
+
+    A key may name a parameter under any of its names: torch.compile's ``_orig_mod.`` parts
+    are dropped, and a shared parameter answers to each module's name for it.
+    """
 
     def __init__(self, table: Mapping[str, Any], default: Any = None) -> None:
-        self.specs = {str(k): canonical(v) for k, v in table.items()}
+        self.specs = {clean_name(str(k)): canonical(v) for k, v in table.items()}
         self.default = None if default is None else canonical(default)
 
     def describe(self) -> str:
@@ -115,14 +121,19 @@ class Table(Policy):
         return "table " + "; ".join(rows + [f"* -> {self.default}"])
 
     def choose(self, layer: Layer) -> str:
-        spec = self.specs.get(layer.name, self.default)
+        specs = {self.specs[n] for n in layer.names if n in self.specs}
+        if len(specs) > 1:
+            raise ValueError(f"the table gives parameter {layer.name!r} (also named "
+                             f"{', '.join(layer.aliases)}) different compressors under its "
+                             f"names: {sorted(specs)}; give it one")
+        spec = specs.pop() if specs else self.default
         if spec is None:
             raise ValueError(f"layer {layer.name!r} is not in the table and there is no "
                              "default; pass default='none' (or another spec)")
         return spec
 
     def bind(self, layers: list[Layer]) -> None:
-        unknown = set(self.specs) - {layer.name for layer in layers}
+        unknown = set(self.specs) - {n for layer in layers for n in layer.names}
         if unknown:
             raise ValueError(f"the table names parameters the model does not have: "
                              f"{sorted(unknown)}")
