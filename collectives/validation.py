@@ -66,9 +66,15 @@ def agree_settings(comm: Communicator, path: str, settings: dict[str, str],
 
 def gather_texts(comm: Communicator, texts: list[str], collective: str,
                  timeout: float | None) -> list[list[str]]:
-    """Every rank's ``texts`` (each rank passes as many), in rank order: two small gathers,
-    the lengths and then the UTF-8 bytes padded to the longest."""
-    data = [t.encode() for t in texts]
+    """Every rank's ``texts`` (each rank passes as many), in rank order."""
+    table = gather_bytes(comm, [t.encode() for t in texts], collective, timeout)
+    return [[d.decode(errors="replace") for d in row] for row in table]
+
+
+def gather_bytes(comm: Communicator, data: list[bytes], collective: str,
+                 timeout: float | None) -> list[list[bytes]]:
+    """Every rank's ``data`` (each rank passes as many strings), in rank order: two gathers,
+    the lengths and then the bytes padded to the longest rank's."""
     sizes = comm.allgather_ints(np.array([len(d) for d in data], np.int64),
                                 collective=collective, timeout=timeout)
     width = -(-int(sizes.sum(axis=1).max(initial=0)) // 8) * 8 or 8
@@ -80,7 +86,7 @@ def gather_texts(comm: Communicator, texts: list[str], collective: str,
     for r in range(comm.size):
         raw, pos, row = np.ascontiguousarray(table[r]).view(np.uint8).tobytes(), 0, []
         for n in sizes[r].tolist():
-            row.append(raw[pos:pos + n].decode(errors="replace"))
+            row.append(raw[pos:pos + n])
             pos += n
         out.append(row)
     return out

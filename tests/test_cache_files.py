@@ -293,6 +293,7 @@ def test_any_file_the_cache_accepts_is_planned_without_an_error(tmp_path, extrem
     pol = policy(tmp_path, cost=None, latency=None)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # no file ignored
+        warnings.filterwarnings("ignore", "policy cache: deciding from")  # the reuse notice
         warnings.simplefilter("ignore", RuntimeWarning)  # an error ratio of inf: ruled out
         assert drive(pol, Ranks(), range(6), model()) == []  # read, not measured
     assert pol.cached and decided(pol)[0] == (1, "decided (first, from the cache)")

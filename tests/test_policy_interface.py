@@ -10,6 +10,7 @@ import pytest
 
 from collectives.policy import AutoPolicy, Fixed, Layer, Policy, Rules, Table, as_policy
 from tests.test_policy import SLOW, Ranks, lay
+from tests.wrapped import wrapped
 
 DDP = Path(__file__).resolve().parents[1] / "collectives" / "ddp"
 LAYERS = [lay("fc.weight", 1 << 16), lay("fc.bias", 256, "1d"), lay("emb", 1 << 17, "embedding")]
@@ -33,12 +34,12 @@ def test_the_state_binds_its_policy_so_the_readme_line_prints_a_table() -> None:
     torch = pytest.importorskip("torch")
     import collectives.ddp as cddp
 
-    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 2))
+    model = wrapped(torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 2)))
     for policy in ("uniform:bits=8", [("numel<16", "none"), ("*", "fp16")],
                    {"0.weight": "fp16", "*": "none"}):
         state = cddp.CompressionState(policy=policy).bind(model)
         table = state.policy.table()  # as the README prints it
-        assert all(name in table for name, _ in model.named_parameters()), table
+        assert all(name in table for name, _ in model.module.named_parameters()), table
     auto = cddp.CompressionState(policy="auto").bind(model)
     assert "no decision yet" in auto.policy.table()
 

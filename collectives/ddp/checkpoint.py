@@ -8,7 +8,10 @@ chunk of a group and are kept only when the grouping and the world size are the 
 a two-level call's shard residuals (``name@shard<i>``), which also need the same hosts.
 
 Loading at the same world size restores each rank's own residuals (each rank loads the dict
-it saved, or one list of every rank's dicts indexed by rank). At another world size the
+it saved, or one list of every rank's dicts indexed by rank, which ``gather_state_dict()``
+gives every rank for a checkpoint written by rank 0 alone). A single dict saved by another
+rank (rank 0's ``state_dict()`` loaded everywhere) keeps the step, decisions and warm starts
+but not that rank's residuals: they start from zero, with a RuntimeWarning. At another world size the
 residuals are reset to zero (they are per-rank memories with no meaning on a rank that did
 not make them) and everything else is kept: the step, the decisions, the warm starts (Q is
 the allreduced factor, identical on every rank).
@@ -28,6 +31,7 @@ and elementwise compressors (PowerSGD, fp16, none) and models in one bucket resu
 
 from __future__ import annotations
 
+import pickle
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -63,6 +67,16 @@ def state_dict(st: Any) -> dict[str, Any]:
             "policy": st.policy.state_dict(), "residuals": per_param,
             "owner_residuals": owners, "owner_layout": _owner_layout(comm),
             "powersgd_q": warm}
+
+
+def gather(st: Any) -> list[dict[str, Any]]:
+    """Every rank's state_dict in rank order, on every rank (pickled, one gather of bytes)."""
+    from ..validation import gather_bytes
+
+    comm = st.communicator()
+    mine = pickle.dumps(state_dict(st), protocol=pickle.HIGHEST_PROTOCOL)
+    table = gather_bytes(comm, [mine], "CompressionState.gather_state_dict", st.timeout)
+    return [pickle.loads(row[0]) for row in table]  # bytes from this job's own ranks
 
 
 def _owner_layout(comm: Any) -> list[int]:
@@ -115,6 +129,12 @@ def _mine(st: Any, state: Any) -> tuple[Mapping[str, Any], bool]:
         mine = state
         same = isinstance(mine, Mapping) and mine.get("world_size") == comm.size and \
             mine.get("rank") == comm.rank
+        if isinstance(mine, Mapping) and mine.get("world_size") == comm.size and not same:
+            warnings.warn(f"CompressionState.load_state_dict: rank {comm.rank} was given the "
+                          f"state rank {mine.get('rank')} saved; error-feedback residuals are "
+                          f"per rank, so this rank's start from zero. Save "
+                          f"gather_state_dict() (every rank's) to resume them",
+                          RuntimeWarning, stacklevel=4)
     if not isinstance(mine, Mapping) or mine.get("version") != VERSION:
         raise ValueError(f"not a CompressionState state_dict of version {VERSION}")
     missing = [k for k in KEYS if k not in mine]

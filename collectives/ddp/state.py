@@ -242,6 +242,13 @@ class CompressionState:
         """This rank's lasting state (see ``collectives.ddp.checkpoint``)."""
         return checkpoint.state_dict(self)
 
+    def gather_state_dict(self) -> list[dict[str, Any]]:
+        """Every rank's :meth:`state_dict`, in rank order, on every rank: what a checkpoint
+        written by rank 0 alone must hold, since each rank's error-feedback residuals are its
+        own. A collective: call it on every rank (then save on rank 0); every rank's
+        :meth:`load_state_dict` takes the list and restores its own part."""
+        return checkpoint.gather(self)
+
     def load_state_dict(self, state: Any) -> None:
         """Resume from :meth:`state_dict` (this rank's dict, or a list of every rank's)."""
         checkpoint.load_state_dict(self, state)

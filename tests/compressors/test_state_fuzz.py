@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import collectives.ddp as cddp
 import compressors
 from compressors import DGCFeedback, ErrorFeedback, NoErrorFeedback
+from tests.wrapped import wrapped
 
 from .helpers import gaussian
 
@@ -154,7 +155,7 @@ def _net() -> torch.nn.Module:
 def _comp_state() -> cddp.CompressionState:
     from mpi4py import MPI
 
-    return cddp.CompressionState(policy="powersgd:rank=1", comm=MPI.COMM_SELF).bind(_net())
+    return cddp.CompressionState(policy="powersgd:rank=1", comm=MPI.COMM_SELF).bind(wrapped(_net()))
 
 
 def _saved() -> dict:
@@ -219,5 +220,5 @@ def test_residuals_loaded_before_bind_are_checked_at_bind() -> None:
     s = cddp.CompressionState(policy="uniform:bits=8", comm=MPI.COMM_SELF)
     s.load_state_dict({**_saved(), "residuals": {"gone": np.zeros(3, np.float32)}})
     with pytest.warns(RuntimeWarning, match="gone"):
-        s.bind(_net())
+        s.bind(wrapped(_net()))
     assert not s._pool
