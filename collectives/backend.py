@@ -85,7 +85,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import AllgatherOptions  # not re-exported by dist
 
 from . import torchwork
-from .config import resolve_timeout
+from .config import defaults, resolve_timeout
 from .errors import MismatchError
 
 NAME = "compcoll"
@@ -452,9 +452,28 @@ def deadline(group_timeout: timedelta) -> float | None:
     (``init_process_group(timeout=...)``, as long as gloo would wait), or None, which is
     ``collectives.defaults.timeout``, where ``COMPCOLL_TIMEOUT`` is set."""
     seconds = group_timeout.total_seconds()
-    if os.environ.get("COMPCOLL_TIMEOUT", "").strip() or not 0 < seconds < float("inf"):
+    if defaults.chosen("timeout") or not 0 < seconds < float("inf"):
         return None
     return seconds
+
+
+def group_deadline(group: Any) -> float | None:
+    """:func:`deadline` for a torch.distributed process group: its own timeout (the one it
+    was made with, gloo's or NCCL's default otherwise, this backend's too), or None (the
+    defaults) where ``COMPCOLL_TIMEOUT`` or ``collectives.defaults.timeout`` was chosen or the
+    group does not say."""
+    import torch
+
+    for device in ("cuda", "cpu"):
+        try:
+            inner = group._get_backend(torch.device(device))
+        except (RuntimeError, AttributeError, ValueError):
+            continue
+        wait = getattr(getattr(inner, "options", None), "_timeout", None)
+        wait = getattr(inner, "_group_timeout", wait)
+        if isinstance(wait, timedelta):
+            return deadline(wait)
+    return None
 
 
 def _settings() -> BackendConfig:

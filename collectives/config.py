@@ -118,10 +118,17 @@ class Defaults:
     collective raises a ValueError naming the variable. Values set in code are checked too.
     """
 
-    __slots__ = ("_values",)
+    __slots__ = ("_values", "_in_code")
 
     def __init__(self) -> None:
         object.__setattr__(self, "_values", {})
+        object.__setattr__(self, "_in_code", set())
+
+    def chosen(self, name: str) -> bool:
+        """Whether ``name`` was chosen, in code or by its environment variable, rather than
+        left at its default (a process group's own timeout yields to a chosen one)."""
+        raw = os.environ.get(_SETTINGS[name].env, "")
+        return name in self._in_code or bool(raw.strip())
 
     def __getattr__(self, name: str) -> Any:
         setting = _SETTINGS.get(name)
@@ -145,6 +152,7 @@ class Defaults:
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"collectives.defaults.{name}={value!r}: {exc}") from None
         self._values[name] = checked
+        self._in_code.add(name)
 
     def __repr__(self) -> str:
         return "Defaults(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in _SETTINGS) + ")"

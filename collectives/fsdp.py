@@ -71,6 +71,7 @@ from compressors.dtypes import lookup
 from . import torchwork
 from .algorithms import ring
 from .algorithms.common import Job
+from .backend import group_deadline
 from .compressed import hierarchical, make_ctx, resolve_compressor
 from .compressed.checks import HIERARCHIES, check_feedback, known_hierarchy
 from .compressed.common import Ctx, wire_sizes
@@ -106,6 +107,7 @@ class CompressedReduceScatter(ReduceScatter):
         check_feedback(self.feedback, self.compressor)
         known_hierarchy(hierarchy)
         self.min_numel, self.timeout, self.hierarchy = min_numel, timeout, hierarchy
+        self._deadline = timeout  # this call's: timeout, else the group's (see __call__)
         self.calls = {"compressed": 0, "plain": 0, "two_level": 0}
         self._steps: dict[str, int] = {}
         self._agreed: dict[int, Any] = {}  # id -> communicator whose ranks have agreed
@@ -120,6 +122,8 @@ class CompressedReduceScatter(ReduceScatter):
                  group: dist.ProcessGroup, op: Any, async_op: bool = False) -> Any:
         """Reduce-scatter ``input_tensor`` (p chunks) into ``output_tensor`` (this rank's)."""
         p = group.size()
+        # each wait lasts as long as the group's own (what FSDP itself would wait)
+        self._deadline = self.timeout if self.timeout is not None else group_deadline(group)
         scale = _scale(op, p)
         n = input_tensor.numel()
         if n != output_tensor.numel() * p:
@@ -135,7 +139,7 @@ class CompressedReduceScatter(ReduceScatter):
         self.calls["compressed"] += 1
         comm = as_communicator(group)
         # set-up collectives (topology, sub-communicators) on the first call, before messages
-        lv = hierarchical.levels(comm, self.hierarchy, self.compressor, self.timeout)
+        lv = hierarchical.levels(comm, self.hierarchy, self.compressor, self._deadline)
         host = input_tensor.detach().reshape(-1).cpu()
         name = self._name(input_tensor)
         step = self._steps.get(name, 0)
@@ -155,13 +159,13 @@ class CompressedReduceScatter(ReduceScatter):
                 ctx.out *= np.float32(scale)
             output_tensor.reshape(-1).copy_(torch.from_numpy(ctx.out))
 
-        Handle(steps, finish, "compressed reduce-scatter (FSDP)", self.timeout).wait()
+        Handle(steps, finish, "compressed reduce-scatter (FSDP)", self._deadline).wait()
         return _done() if async_op else None
 
     def _two_level(self, comm: Any, lv: Any, x: np.ndarray, name: str, step: int
                    ) -> tuple[Ctx, Any]:
         """The context of the cross-host step and the call's steps (see the module doc)."""
-        topo = topology(comm, timeout=self.timeout)
+        topo = topology(comm, timeout=self._deadline)
         hosts, m = lv.n_hosts, x.size // comm.size
         # block k inside the host: the chunks of the ranks of local index k, in the rank
         # order of their cross-host communicator
@@ -195,11 +199,11 @@ class CompressedReduceScatter(ReduceScatter):
         if self._agreed.get(id(comm)) is comm:
             return
         spec = self._spec()
-        table = agree(comm, "settings", {}, self.timeout,
+        table = agree(comm, "settings", {}, self._deadline,
                       shared={"compressor": digest(spec), "min_numel": self.min_numel,
                               "hierarchy": HIERARCHIES.index(self.hierarchy)})
         if (table[:, 0] != table[0, 0]).any():
-            raise _mismatch("compressor", _texts(comm, spec, self.timeout))
+            raise _mismatch("compressor", _texts(comm, spec, self._deadline))
         if (table[:, 1] != table[0, 1]).any():
             raise _mismatch("min_numel", [int(v) for v in table[:, 1]])
         if (table[:, 2] != table[0, 2]).any():

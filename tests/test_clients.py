@@ -134,3 +134,8 @@ def test_bind_refuses_a_model_not_wrapped_in_ddp() -> None:
     hook would ever be called."""
     with pytest.raises(TypeError, match="DistributedDataParallel"):
         cddp.CompressionState().bind(torch.nn.Linear(4, 4))
+
+
+@pytest.mark.parametrize("case", ["group", "env", "arg", "slow"])
+def test_the_hook_waits_the_process_groups_timeout_unless_told_otherwise(case: str) -> None:
+    passed(torchrun("hook_deadline.py", 2, case, timeout=240), f"torchrun hook deadline {case}")

@@ -11,10 +11,10 @@ Loading at the same world size restores each rank's own residuals (each rank loa
 it saved, or one list of every rank's dicts indexed by rank, which ``gather_state_dict()``
 gives every rank for a checkpoint written by rank 0 alone). A single dict saved by another
 rank (rank 0's ``state_dict()`` loaded everywhere) keeps the step, decisions and warm starts
-but not that rank's residuals: they start from zero, with a RuntimeWarning. At another world size the
-residuals are reset to zero (they are per-rank memories with no meaning on a rank that did
-not make them) and everything else is kept: the step, the decisions, the warm starts (Q is
-the allreduced factor, identical on every rank).
+but not that rank's residuals: they start from zero, with a RuntimeWarning. At another
+world size the residuals are reset to zero (they are per-rank memories with no meaning on a
+rank that did not make them) and everything else is kept: the step, the decisions, the warm
+starts (Q is the allreduced factor, identical on every rank).
 
 Loading validates every field first: a bad dict raises ValueError or TypeError naming the
 field and changes nothing. Residuals that do not fit the bound model's parameters raise;
@@ -75,7 +75,7 @@ def gather(st: Any) -> list[dict[str, Any]]:
 
     comm = st.communicator()
     mine = pickle.dumps(state_dict(st), protocol=pickle.HIGHEST_PROTOCOL)
-    table = gather_bytes(comm, [mine], "CompressionState.gather_state_dict", st.timeout)
+    table = gather_bytes(comm, [mine], "CompressionState.gather_state_dict", st.deadline)
     return [pickle.loads(row[0]) for row in table]  # bytes from this job's own ranks
 
 

@@ -78,7 +78,7 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
     buf.mul_(1.0 / comm.size)
     if warm:  # warm-up: plain average, no compression
         plain = partial(api.iallreduce, buf, op="sum", comm=comm, out=buf,
-                        algorithm=state.plain_algorithm(), timeout=state.timeout)
+                        algorithm=state.plain_algorithm(), timeout=state.deadline)
         parts.append((None, buf, plain() if comm.matches_by_tag else plain, {}))
     else:
         # Inputs first, span groups last (they zero the others' ranges once copied out);
@@ -125,13 +125,13 @@ def _start(state: CompressionState, comm: Any, g: Any, x: Any, step: int, st: di
         _send_held(fb, g.name, x)
         fb = None
     if plain and (fb is None or g.name not in fb.residuals):
-        return api.iallreduce(x, op="sum", comm=comm, out=x, timeout=state.timeout,
+        return api.iallreduce(x, op="sum", comm=comm, out=x, timeout=state.deadline,
                               algorithm=state.group_algorithm(), validate=check)
     algo = state.group_algorithm() if plain else state.algorithm
     h = api.iallreduce(x, op="sum", comm=comm, out=x, name=g.name, step=step,
                        compressor=state.compressor(g.spec), feedback=fb,
                        scheme="dense" if plain else state.scheme, algorithm=algo,
-                       timeout=state.timeout, stats=st, validate=check,
+                       timeout=state.deadline, stats=st, validate=check,
                        hierarchy=state.hierarchy)
     if plain and fb is not None:
         fb.residuals.pop(g.name, None)  # a residual moved here went out in full

@@ -23,7 +23,8 @@ class CompressionState:
     Hyperparameters: ``process_group`` (None: the default group), ``policy`` (a compressor
     spec, a Compressor, rules, a table, "auto" or a Policy), ``error_feedback``,
     ``start_step`` (steps sent uncompressed first), ``comm`` (an mpi4py communicator to use
-    instead of the process group), ``timeout`` (seconds per wait), ``scheme`` and
+    instead of the process group), ``timeout`` (seconds per wait; None: the process group's
+    own timeout, see ``deadline``), ``scheme`` and
     ``algorithm`` for compressed groups, ``plain``: the allreduce of uncompressed groups
     (None: the engine's own, "torch" or "mpi", as DDP itself uses, in warm-up steps and under
     a fixed policy; under an adaptive one, "auto" once compression is on, see
@@ -66,6 +67,7 @@ class CompressionState:
         self._validated: set[tuple[str, str, int]] = set()
         self._agreed = False  # the ranks compared their settings (at the first hook call)
         self._comm: Any = None
+        self._group_wait: float | None = None  # the process group's timeout (communicator())
         self._worker = Worker()
         # A Compressor passed in is used as it is (its warm starts).
         self._comps.update(self.policy.instances())
@@ -107,8 +109,23 @@ class CompressionState:
             else:
                 import torch.distributed as dist
 
-                self._comm = as_communicator(self.process_group or dist.group.WORLD)
+                from ..backend import group_deadline
+
+                group = self.process_group or dist.group.WORLD
+                self._comm = as_communicator(group)
+                self._group_wait = group_deadline(group)
         return self._comm
+
+    @property
+    def deadline(self) -> float | None:
+        """Seconds each wait of the hook may go without progress: ``timeout`` where given,
+        else the process group's own timeout (as long as DDP itself waits: gloo's 30
+        minutes, or ``init_process_group(timeout=...)``), unless ``COMPCOLL_TIMEOUT`` or
+        ``collectives.defaults.timeout`` is set; None means those defaults."""
+        if self.timeout is not None:
+            return self.timeout
+        self.communicator()
+        return self._group_wait
 
     def plain_algorithm(self) -> str:
         """The allreduce of warm-up steps: ``plain``, else the engine's own (DDP's sums)."""
@@ -151,7 +168,7 @@ class CompressionState:
                 "policy": self.policy.describe(), "start_step": str(self.start_step),
                 "error_feedback": str(self.error_feedback), "scheme": self.scheme,
                 "algorithm": self.algorithm, "plain": str(self.plain),
-                "hierarchy": self.hierarchy}, self.timeout)
+                "hierarchy": self.hierarchy}, self.deadline)
             self._agreed = True
         self.current, self.step = self.step, self.step + 1
         if self.policy.adaptive and self.current >= self.start_step and \
