@@ -24,9 +24,10 @@ def test_compcoll_backend_string_compresses_ddp_and_trains_like_gloo() -> None:
     assert "backend training:" in res.stdout
 
 
-@pytest.mark.parametrize("policy", ["auto", "uniform:bits=8"])
+@pytest.mark.parametrize("policy", ["auto", "uniform:bits=8", "auto bfloat16"])
 def test_the_readme_ddp_snippet_runs_as_written_under_torchrun(tmp_path, monkeypatch,
                                                                policy: str) -> None:
-    """The snippet as written ("auto"), and with the fixed compressor the README offers."""
+    """The snippet as written ("auto"), with the fixed compressor the README offers, and on a
+    bfloat16 model (whose gradients the automatic policy profiles)."""
     monkeypatch.setenv("COMPCOLL_CACHE_DIR", str(tmp_path / "cache"))
-    passed(torchrun("front_door.py", 2, policy, timeout=240), "torchrun front door")
+    passed(torchrun("front_door.py", 2, *policy.split(), timeout=240), "torchrun front door")

@@ -110,7 +110,9 @@ def _groups(state: CompressionState, bucket: dist.GradBucket, buf: torch.Tensor,
         for j, (p, g) in enumerate(zip(params, grads, strict=True)):
             lay = state.layer(p, f"bucket{index}/{j}")
             if policy.wants_profile(step, lay.name):
-                policy.observe(step, lay, g.detach().cpu().numpy().copy(), index)
+                grad = g.detach()  # numpy has no bfloat16: profiled as float32
+                grad = grad.float() if grad.dtype == torch.bfloat16 else grad
+                policy.observe(step, lay, grad.cpu().numpy().copy(), index)
     return groups
 
 

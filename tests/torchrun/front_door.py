@@ -8,8 +8,9 @@ holds the same weights, and ``state.close()`` stopped the hook's thread.
 
 An argument other than "auto" replaces the snippet's ``policy="auto"`` (the README offers a
 fixed compressor, ``policy="uniform:bits=8"``, in the same place); the rest runs as written.
+A second argument, ``bfloat16``, trains the model and its data in that dtype.
 
-Run: torchrun --standalone --nproc-per-node 2 tests/torchrun/front_door.py [POLICY]
+Run: torchrun --standalone --nproc-per-node 2 tests/torchrun/front_door.py [POLICY [DTYPE]]
 """
 
 from __future__ import annotations
@@ -50,11 +51,13 @@ def main() -> None:
     before = before.replace('policy="auto"', f"policy={policy!r}")
     dist.init_process_group("gloo")
     t = task("cnn", 0)
-    model = torch.nn.parallel.DistributedDataParallel(t.make())
+    dtype = getattr(torch, sys.argv[2]) if len(sys.argv) > 2 else torch.float32
+    data = (t.train[0].to(dtype), t.train[1])
+    model = torch.nn.parallel.DistributedDataParallel(t.make().to(dtype))
     scope: dict = {"model": model}
     exec(compile(before, "README.md front-door", "exec"), scope)  # noqa: S102 - the test's point
     state = scope["state"]
-    losses = train(model, t.train, STEPS, BATCH)
+    losses = train(model, data, STEPS, BATCH)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(compile(after, "README.md front-door", "exec"), scope)  # noqa: S102
