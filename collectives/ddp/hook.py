@@ -57,9 +57,12 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
     after = _norm_observer(state, step, index) if state.policy.wants_norm(step) else None
     warm = step < state.start_step
     groups = [] if warm else _groups(state, bucket, buf, index, step)
+    # A bucket sent whole as none goes through the engine's allreduce, as DDP sends it, unless
+    # ``plain`` names another (an adaptive policy's "auto" pick is for none groups that share
+    # a bucket with compressed ones)
+    engine = state.plain_algorithm() == comm.engine
     fast = fastpath.serves(comm) and (
-        state.plain_algorithm() == comm.engine if warm else
-        fastpath.spec_of(groups, state.feedback, state.group_algorithm() == comm.engine))
+        engine if warm else fastpath.spec_of(groups, state.feedback, engine))
     if fast in fastpath.HALF and state.hierarchy == "two_level":
         fast = None  # the engine's allreduce is flat: ours reduces inside hosts first
     if fast:
