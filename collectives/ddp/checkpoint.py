@@ -193,6 +193,7 @@ def load_state_dict(st: Any, state: Any) -> None:
     st.step = st.current = step
     st.version += 1
     st._groups.clear()
+    st.quick.clear()
     for fb in st._feedback.values():
         fb.residuals.clear()
     st._pool = pool

@@ -63,6 +63,8 @@ class CompressionState:
         self._comps: dict[str, compressors.Compressor] = {}
         self._feedback: dict[str, compressors.ErrorFeedback] = {}
         self._groups: dict[int, tuple[Any, list[grouping.Group]]] = {}
+        # the hook's lookup of a bucket's groups without its gradients (hook._groups)
+        self.quick: dict[int, tuple[Any, list[grouping.Group]]] = {}
         self._pool: dict[str, Any] = {}  # per-parameter residuals waiting for their group
         self._validated: set[tuple[str, str, int]] = set()
         self._agreed = False  # the ranks compared their settings (at the first hook call)
@@ -253,6 +255,7 @@ class CompressionState:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.quick = {}  # keyed by this process's object ids and addresses
         self._worker = Worker()
 
     def state_dict(self) -> dict[str, Any]:
