@@ -99,17 +99,17 @@ def test_buckets_are_profiled_together_within_a_budget_and_small_layers_never(
     assert all(pol.decisions[n] == "none" for n in ("fc1.bias", "fc2.bias"))
     for bucket in model()[:2]:
         # A bias rides in its bucket's 16-bit group; never beside top-k or low rank, nor in
-        # a quantizer's group under Adam (its error there is not measured).
+        # a quantizer's group under Adam (its error there is not measured): then in fp16.
         spec = pol.decisions[bucket[0].name]
-        dense = spec.startswith(("fp16", "bf16"))
-        assert pol.choose_bucket(bucket) == [spec, spec if dense else "none"]
+        ride = spec if spec.startswith(("fp16", "bf16", "none")) else "fp16"
+        assert pol.choose_bucket(bucket) == [spec, ride]
 
 
-def test_until_the_first_decision_large_layers_send_fp16_and_small_ones_none() -> None:
+def test_until_the_first_decision_large_layers_send_fp16_and_small_ones_ride_with_them() -> None:
     pol = AutoPolicy()
     assert pol.choose(Layer("w", 1 << 20, (1024, 1024), "linear")) == "fp16"
     assert pol.choose(Layer("b", 100, (100,), "1d")) == "none"
-    assert "use fp16, smaller ones none" in pol.table()
+    assert "use fp16, smaller ones ride with them" in pol.table()
     with pytest.raises(ValueError, match="initial 'uniform:bits=2"):
         AutoPolicy(initial="uniform:bits=2")
 
@@ -534,23 +534,34 @@ def test_a_growing_residual_rules_a_compressor_out(monkeypatch) -> None:
     assert "topk" in policy.table().splitlines()[1]  # listed as held back
 
 
-def test_small_layers_ride_only_in_a_bucket_of_one_elementwise_compressor() -> None:
+def test_small_layers_ride_with_their_bucket_never_in_more_bytes_than_the_fp16_hook() -> None:
+    """Small layers ride in their bucket's one elementwise group; kept out of it (a sparse or
+    low-rank group, a quantizer under Adam) they join a group the bucket sends anyway, in 16
+    bits where the plan compresses: never float32 where PyTorch's fp16 hook sends 16 bits,
+    never a collective of their own."""
     pol = AutoPolicy(optimizer="sgd")
     w, v = Layer("w", 1 << 20, (1024, 1024), "linear"), Layer("v", 1 << 16, (256, 256), "linear")
     b = Layer("b", 1024, (1024,), "1d")
     int4 = AutoPolicy(initial="uniform:bits=4").config.initial
-    for big, ride in ((int4, True), ("fp16", True), ("topk:ratio=0.01", False),
-                      ("powersgd:rank=4", False), ("none", False)):
+    for big, ride in ((int4, None), ("fp16", None), ("topk:ratio=0.01", "fp16"),
+                      ("powersgd:rank=4", "fp16"), ("none", "none")):
         spec = AutoPolicy(initial=big).config.initial
         pol.decisions = {"w": spec, "v": spec, "b": "none"}
-        assert pol.choose_bucket([w, b, v]) == [spec, spec if ride else "none", spec], big
-    pol.decisions = {"w": int4, "v": "fp16", "b": "none"}  # two compressors: a bias stays out
-    assert pol.choose_bucket([w, b, v]) == [int4, "none", "fp16"]
-    assert pol.choose_bucket([b]) == ["none"]  # a bucket of small layers only
-    adam = AutoPolicy()  # under Adam: in a 16-bit group only
-    for big, ride in ((int4, False), ("fp16", True)):
+        assert pol.choose_bucket([w, b, v]) == [spec, ride or spec, spec], big
+    pol.decisions = {"w": int4, "v": "fp16", "b": "none"}  # two groups: into the 16-bit one
+    assert pol.choose_bucket([w, b, v]) == [int4, "fp16", "fp16"]
+    pol.decisions = {"w": int4, "v": "none", "b": "none"}  # into the uncompressed one
+    assert pol.choose_bucket([w, b, v]) == [int4, "none", "none"]
+    # A bucket of small layers only: 16 bits where the plan compresses, else as DDP sends it.
+    assert pol.choose_bucket([b]) == ["fp16"]
+    pol.decisions = {"w": "none", "v": "none", "b": "none"}
+    assert pol.choose_bucket([b]) == ["none"]
+    assert AutoPolicy(optimizer="sgd").choose_bucket([b]) == ["fp16"]  # before deciding
+    assert AutoPolicy(initial="none").choose_bucket([b]) == ["none"]
+    adam = AutoPolicy()  # under Adam: a quantizer's group keeps them out, 16 bits instead
+    for big, ride in ((int4, "fp16"), ("fp16", "fp16")):
         adam.decisions = {"w": big, "v": big, "b": "none"}
-        assert adam.choose_bucket([w, b, v]) == [big, big if ride else "none", big], big
+        assert adam.choose_bucket([w, b, v]) == [big, ride, big], big
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])

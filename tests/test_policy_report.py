@@ -75,7 +75,11 @@ def test_a_small_layer_says_which_collective_it_rides_in() -> None:
     assert line.split()[2] == short(spec)  # the table shows how it travels
     alone = run([big, bias], [[big], [bias]], cost=SLOW, latency=1e-4, max_error=0.3,
                 candidates=("none", "fp16"))
-    assert "small (< min_numel), rides in its bucket uncompressed" in row(alone, "b")
+    # Alone in its bucket, where the plan compresses: 16 bits, as the fp16 hook sends it.
+    assert "small (< min_numel), rides in its bucket's fp16 collective" in row(alone, "b")
+    quiet = run([big, bias], [[big], [bias]], cost=SLOW, latency=1e-4, max_error=0.3,
+                candidates=("none",))
+    assert "small (< min_numel), rides in its bucket uncompressed" in row(quiet, "b")
 
 
 @pytest.mark.parametrize("case, words", [

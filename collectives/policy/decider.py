@@ -52,28 +52,46 @@ class Decider(Part):
 
     def choose_bucket(self, layers: list[Layer]) -> list[str]:
         """Each layer's decision, with the small layers (under ``min_numel``) of a bucket
-        whose larger layers all use one elementwise compressor (a quantizer or a 16-bit
-        format) riding in that group.
+        riding with its larger layers, never in more bytes than PyTorch's fp16 hook would
+        send them where the plan compresses.
 
-        Small layers never get a compressor of their own. Left out of such a bucket, they
-        would cost it a second collective for a few kilobytes, and the large layers would be
-        gathered into a fused buffer and scattered back around them; riding keeps the bucket
-        one collective over its own memory. Sparse and low-rank groups keep them out (a bias
-        is not a matrix, and top-k would starve it), and under Adam so does a quantizer: a
-        small layer is never profiled, so its error in Adam's space is not bounded (a norm
-        scale's gradient quantized with a weight's range). Decided on the bucket the hook has
-        now (DDP rebuilds its buckets after the first step), the same on every rank."""
+        Small layers never get a compressor of their own: a collective for a few kilobytes
+        costs more than it saves. Where the bucket's larger layers all use one elementwise
+        compressor they ride in that group (one collective over the bucket's own memory, no
+        gather or scatter around them). Sparse and low-rank groups keep them out (a bias is
+        not a matrix, and top-k would starve it), and under Adam so does a quantizer: a small
+        layer is never profiled, so its error in Adam's space is not bounded (a norm scale's
+        gradient quantized with a weight's range). Kept out, they join a group the bucket
+        sends anyway: ``none`` where a larger layer is sent uncompressed (the plan found
+        32 bits cheapest there: a fast link), else a 16-bit group of the bucket, else the
+        16-bit format of the start (``initial``: fp16), whose rounding is all the error they
+        get; not float32, twice the bytes of the fp16 hook. A bucket of small layers alone
+        sends them in 16 bits where the plan compresses any layer, else uncompressed.
+        Decided on the bucket the hook has now (DDP rebuilds its buckets after the first
+        step), the same on every rank."""
         specs = [self.choose(lay) for lay in layers]
         small = self.config.min_numel
         big = {s for s, lay in zip(specs, layers, strict=True) if lay.numel >= small}
-        if len(big) != 1:
-            return specs
-        spec = big.pop()
-        caps = compressors.get(spec).capabilities
-        if spec == "none" or caps.sparse or caps.allreduce_steps or \
-                self.config.optimizer == "adam" and not sixteen(spec):
-            return specs
-        return [spec if lay.numel < small else s for s, lay in zip(specs, layers, strict=True)]
+        ride = self._ride(big)
+        return [ride if lay.numel < small else s for s, lay in zip(specs, layers, strict=True)]
+
+    def _ride(self, big: set[str]) -> str:
+        """What the small layers of a bucket whose larger layers use ``big`` send."""
+        initial = self.config.initial
+        half = initial if initial != "none" and sixteen(initial) else None
+        if not big:  # a bucket of small layers only
+            planned = set(self.decisions.values()) or {initial}
+            return half if half is not None and planned != {"none"} else "none"
+        if len(big) == 1:
+            spec = next(iter(big))
+            caps = compressors.get(spec).capabilities
+            if not (spec == "none" or caps.sparse or caps.allreduce_steps
+                    or self.config.optimizer == "adam" and not sixteen(spec)):
+                return spec
+        if "none" in big:
+            return "none"
+        sixteens = sorted(s for s in big if sixteen(s))
+        return sixteens[0] if sixteens else half or "none"
 
     def rides(self, layout: Layout) -> dict[str, str]:
         """The small layers that travel in their bucket's compressed group (by name)."""
@@ -161,7 +179,7 @@ class Decider(Part):
         cfg = self.config
         if not self.rows:
             return (f"(no decision yet: layers of at least {cfg.min_numel} elements "
-                    f"use {cfg.initial}, smaller ones none)")
+                    f"use {cfg.initial}, smaller ones ride with them)")
         return report.render(self.rows, self.total_error, cfg.max_error, self.collective_s,
                              self.rides(layout))
 
