@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 
 import compressors
-
 from collectives.policy import AutoPolicy, criterion, profile
 from collectives.policy.layers import model_layers
 from tests.test_policy import SLOW, Ranks, SteadyClock
