@@ -203,8 +203,10 @@ class AutoPolicy(Whole, Policy):
                          "predicted_s": out.total, "error": self.total_error,
                          "collective_us": {k: v * 1e6 for k, v in self.collective_s.items()}})
         fallback = self._quality.decided(step, self._decider, old, before)
-        if fallback is None and self._decider.narrower(old):
-            self._trial.start(step, self._decider)  # measured against 16 bits next
+        if fallback is None and self._trial.repeat(self._decider, self._quality.safe()):
+            self.log.append({"step": step, "event": "trial: its measurement kept"})
+        elif fallback is None:  # measured against 16 bits and uncompressed next
+            self._trial.start(step, self._decider.phases(old))
         if fallback is not None:
             self.log.append({"step": step, "event": f"quality {fallback}"})
         if comm.rank == 0:  # every rank decides alike
@@ -218,11 +220,13 @@ class AutoPolicy(Whole, Policy):
         outcome = self._trial.advance(comm, step, self._decider, self._quality.safe())
         self.log.append({"step": step, "event": f"trial: {outcome}",
                          **(self._trial.result or {})})
-        if comm.rank == 0 and outcome in ("kept", "16 bits"):
-            r = self._trial.result
-            log.info("step %d: measured %.1f ms a step under the plan, %.1f ms at 16 bits: %s",
-                     step, r["plan_s"] * 1e3, r["sixteen_s"] * 1e3,
-                     "plan kept" if outcome == "kept" else "16 bits kept")
+        if comm.rank == 0 and outcome in ("kept", "16 bits", "uncompressed"):
+            r = self._trial.result or {}
+            times = ", ".join(f"{r[k] * 1e3:.1f} ms {w}" for k, w in (
+                ("plan_s", "under the plan"), ("sixteen_s", "at 16 bits"),
+                ("none_s", "uncompressed")) if k in r)
+            log.info("step %d: measured a step %s: %s kept", step, times,
+                     "the plan" if outcome == "kept" else outcome)
 
     def _check_loss(self, comm: Any, step: int) -> None:
         """The window after a decision has ended: 16 bits if the loss fell behind

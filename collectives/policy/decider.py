@@ -163,9 +163,24 @@ class Decider(Part):
         before = {n: old.get(n, self.config.initial) for n in self.decisions}
         return any(not sixteen(s) and sixteen(before[n]) for n, s in self.decisions.items())
 
-    def hold(self, spec: str, why: str) -> list[str]:
-        """Send ``spec`` (16 bits) for every layer decided below 16 bits; their names."""
-        held = sorted(n for n, s in self.decisions.items() if not sixteen(s))
+    def phases(self, old: Mapping[str, str]) -> list[str]:
+        """What the decisions are timed against (``trial``): 16 bits where they send some
+        layer below 16 bits that ``old`` did not; uncompressed where they compress a layer
+        ``old`` sent whole, or on the first decision (``old`` empty) where they compress
+        any: a link that makes even fp16's cast dear is found by measuring."""
+        out = ["sixteen"] if self.narrower(old) else []
+        if old:
+            wider = any(s != "none" and old.get(n, "none") == "none"
+                        for n, s in self.decisions.items())
+        else:
+            wider = any(s != "none" for s in self.decisions.values())
+        return out + ["none"] if wider else out
+
+    def hold(self, spec: str, why: str, wide: bool = False) -> list[str]:
+        """Send ``spec`` for every layer decided below 16 bits (``wide``: every layer not
+        already sent as ``spec``); their names."""
+        held = sorted(n for n, s in self.decisions.items()
+                      if (s != spec if wide else not sixteen(s)))
         for n in held:
             self.decisions[n] = spec
         for row in self.rows:

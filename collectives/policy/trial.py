@@ -1,15 +1,19 @@
-"""Measured, not predicted: after a decision that sends layers below 16 bits, the step times of
-that plan are compared with the step times of 16 bits, and the faster is kept.
+"""Measured, not predicted: after a decision, the step times of its plan are compared with
+those of the simpler plans beside it, and the fastest is kept.
 
 The plan's price is a model: codec speeds measured alone, a fitted link, overlap with the
 backward pass assumed. On a machine whose cores are shared (several ranks per core, or a
 data loader), a codec's work also slows the computation it should hide behind, and a
-compressed plan can lose to plain fp16 though its price says otherwise. So the policy times
-it: ``trial_steps`` steps of the plan, then as many with those layers at 16 bits (the first
-step after each switch is not counted: buffers are regrouped), and keeps the plan only if
-its median step is at least ``margin`` faster. The medians are averaged over the ranks by
-one small allgather at the end of the trial, a step every rank reaches alike, so every rank
-keeps the same plan.
+compressed plan can lose to plain fp16 though its price says otherwise; over shared memory,
+even fp16's cast can cost more than the bytes it saves, and DDP's own uncompressed allreduce
+is the fastest. So the policy times it: ``trial_steps`` steps of the plan, then as many with
+its layers below 16 bits at 16 bits (when it has such layers), then as many with every layer
+uncompressed (when it sends any layer compressed: the first decision, or one that compresses
+a layer the last sent whole). The first step after each switch is not counted (buffers are
+regrouped). The simplest plan is kept unless one of more error is at least ``margin``
+faster: uncompressed, then 16 bits, then the plan. The medians are averaged over the ranks
+by one small allgather at the end of the trial, a step every rank reaches alike, so every
+rank keeps the same plan.
 """
 
 from __future__ import annotations
@@ -52,12 +56,14 @@ class Trial(Part):
         if last[0] >= st["since"] + self.SKIP:
             st["times"][st["phase"]].append(now - last[1])
 
-    def start(self, step: int, decider: Any) -> None:
-        """A decision sent layers below 16 bits: time its plan from ``step`` on."""
-        if self.config.trial_steps <= 0:
+    def start(self, step: int, phases: list[str]) -> None:
+        """A decision to time from ``step`` on: the plan first, then the ``phases`` after it
+        ("sixteen": its layers below 16 bits at 16 bits; "none": every layer uncompressed)."""
+        if self.config.trial_steps <= 0 or not phases:
             return
-        self.state = {"phase": "plan", "since": step, "times": {"plan": [], "sixteen": []},
-                      "decisions": None, "rows": None}
+        order = ["plan", *phases]
+        self.state = {"phase": "plan", "order": order, "since": step,
+                      "times": {p: [] for p in order}, "decisions": None, "rows": None}
 
     def due(self) -> bool:
         """Whether the phase under way has its steps."""
@@ -65,32 +71,63 @@ class Trial(Part):
         return st is not None and len(st["times"][st["phase"]]) >= self.config.trial_steps
 
     def advance(self, comm: Any, step: int, decider: Any, safe: str) -> str | None:
-        """End the phase under way: after the plan's steps, hold its layers at ``safe`` (16
-        bits) and time those; after those (collective), keep the faster. Returns "timing
-        16 bits", "kept" or "16 bits", and None while nothing changed."""
+        """End the phase under way: time the next one (the plan's layers below 16 bits held
+        at ``safe``, or every layer uncompressed); after the last (collective), keep the
+        fastest as the module doc says. Returns "timing 16 bits", "timing uncompressed",
+        "kept", "16 bits" or "uncompressed"."""
         st = self.state
         assert st is not None
+        order = st.get("order", ["plan", "sixteen"])  # (a trial saved before "order")
         if st["phase"] == "plan":
             st["decisions"] = dict(decider.decisions)
             st["rows"] = copy.deepcopy(decider.rows)
-            decider.hold(safe, "timing 16 bits against the plan")
-            st["phase"], st["since"] = "sixteen", step
-            return "timing 16 bits"
-        mine = np.array([np.median(st["times"]["plan"]), np.median(st["times"]["sixteen"])])
+        at = order.index(st["phase"])
+        if at + 1 < len(order):
+            nxt = order[at + 1]
+            self._apply(decider, st, nxt, safe, WHY[nxt])
+            st["phase"], st["since"] = nxt, step
+            return f"timing {NAMES[nxt]}"
+        mine = np.array([np.median(st["times"][p]) for p in order])
         table = comm.allgather_ints(mine.view(np.int64), collective="policy step times")
-        plan_s, sixteen_s = np.asarray(table, np.int64).view(np.float64).reshape(
-            comm.size, 2).mean(axis=0)
-        keep = plan_s <= sixteen_s * (1.0 - self.config.margin)
-        if keep:
-            decider.decisions.clear()
-            decider.decisions.update(st["decisions"])
-            decider.rows[:] = st["rows"]
-        else:
-            for row in decider.rows:
-                if row.get("why") == "timing 16 bits against the plan":
-                    row["why"] = (f"measured: 16 bits as fast ({sixteen_s * 1e3:.1f} ms a "
-                                  f"step against {plan_s * 1e3:.1f})")
-        self.result = {"step": step, "plan_s": float(plan_s), "sixteen_s": float(sixteen_s),
-                       "kept": "plan" if keep else safe}
+        means = np.asarray(table, np.int64).view(np.float64).reshape(
+            comm.size, len(order)).mean(axis=0)
+        secs = dict(zip(order, (float(x) for x in means), strict=True))
+        kept = None
+        for p in ("none", "sixteen", "plan"):  # least error first
+            if p in secs and (kept is None or secs[p] <= secs[kept] * (1.0 - self.config.margin)):
+                kept = p
+        assert kept is not None
+        words = ", ".join(f"{secs[p] * 1e3:.1f} ms {NAMES[p]}" for p in order)
+        self._apply(decider, st, kept, safe, f"measured: {NAMES[kept]} as fast ({words})")
+        self.result = {"step": step, "kept": safe if kept == "sixteen" else kept,
+                       "phase": kept, "why": f"measured: {NAMES[kept]} as fast ({words})",
+                       "plan": dict(st["decisions"]), **{f"{p}_s": secs[p] for p in order}}
         self.state = None
-        return "kept" if keep else "16 bits"
+        return {"plan": "kept", "sixteen": "16 bits", "none": "uncompressed"}[kept]
+
+    def repeat(self, decider: Any, safe: str) -> bool:
+        """A decision that is the plan the last trial timed and did not keep: what the trial
+        kept, at once, without timing it again (the measurement still stands)."""
+        r = self.result
+        if not r or r.get("phase", "plan") == "plan" or r.get("plan") != decider.decisions:
+            return False
+        st = {"decisions": dict(decider.decisions), "rows": copy.deepcopy(decider.rows)}
+        self._apply(decider, st, r["phase"], safe, r["why"])
+        return True
+
+    @staticmethod
+    def _apply(decider: Any, st: dict[str, Any], phase: str, safe: str, why: str) -> None:
+        """The plan's decisions and table, with ``phase``'s layers held."""
+        decider.decisions.clear()
+        decider.decisions.update(st["decisions"])
+        decider.rows[:] = copy.deepcopy(st["rows"])
+        if phase == "sixteen":
+            decider.hold(safe, why)
+        elif phase == "none":
+            decider.hold("none", why, wide=True)
+
+
+#: What each phase holds, in the words of the table and the log.
+NAMES = {"plan": "the plan", "sixteen": "16 bits", "none": "uncompressed"}
+WHY = {"sixteen": "timing 16 bits against the plan",
+       "none": "timing uncompressed against the plan"}
