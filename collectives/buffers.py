@@ -30,7 +30,7 @@ from compressors.arrays import (
 )
 from compressors.dtypes import DType, from_numpy, lookup
 
-from . import device
+from . import device, resultpool
 
 
 @dataclass
@@ -75,7 +75,7 @@ def _prepare_numpy(buf: np.ndarray, out: Any, copy_input: bool) -> Prepared:
     if out is not None:
         _check_out(buf, out, np.ndarray)
     inplace = out is buf
-    target = np.empty_like(buf, order="C") if out is None else out
+    target = resultpool.empty_like_numpy(buf) if out is None else out
     if target.flags.c_contiguous and buf.dtype.isnative:
         work = _numpy_raw(target, dtype)
         source = None if inplace else _leave_or_copy(
@@ -100,7 +100,7 @@ def _prepare_torch_cpu(buf: Any, out: Any, copy_input: bool) -> Prepared:
     if out is not None:
         _check_out(buf, out, torch.Tensor)
     inplace = out is buf
-    target = torch.empty_like(buf, memory_format=torch.contiguous_format) if out is None else out
+    target = resultpool.empty_like_torch(buf) if out is None else out
     if target.is_contiguous():
         work = _torch_raw(target)
         source = None if inplace else _leave_or_copy(work, _torch_raw(buf.contiguous()),

@@ -94,6 +94,8 @@ _SETTINGS = {
     "tune": _Setting("COMPCOLL_TUNE", True, _parse_bool, _check_bool),
     "compressed_segment_bytes": _Setting("COMPCOLL_COMPRESSED_SEGMENT_BYTES", 4 << 20,
                                          _parse_bytes(0), lambda v: _check_bytes(v, 0)),
+    "result_pool_bytes": _Setting("COMPCOLL_RESULT_POOL_BYTES", 1 << 30, _parse_bytes(0),
+                                  lambda v: _check_bytes(v, 0)),
 }
 
 
@@ -110,6 +112,10 @@ class Defaults:
     allreduce; a call is cut into up to ``rsag.MAX_SEGMENTS`` (8) segments of at least this
     size, which overlap one's encoding and decoding with the others' messages; 0 turns it off
     (``COMPCOLL_COMPRESSED_SEGMENT_BYTES``, 4 MiB).
+    result_pool_bytes: host memory kept for the results of calls without ``out=`` once their
+    arrays are dropped, so the next result of the same size lands in pages already mapped
+    instead of faulting in new ones (``resultpool``); 0 turns it off
+    (``COMPCOLL_RESULT_POOL_BYTES``, 1 GiB).
     tune: look for a saved crossover table (``compcoll tune``) on a communicator's first
     "auto" call (``COMPCOLL_TUNE``, on).
 

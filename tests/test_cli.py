@@ -526,3 +526,18 @@ def test_tune_refuses_a_cache_folder_it_could_not_save_to(tmp_path: Path, capsys
     monkeypatch.setenv("COMPCOLL_CACHE_DIR", str(blocker / "cache"))
     line = refused("tune", "-np", "2", "-b", "1K", "-e", "1K", "-n", "1", capsys=capsys)
     assert "a-file" in line and "--no-save" in line
+
+
+def test_bench_compressed_times_calls_without_out_beside_the_same_with_out(tmp_path: Path
+                                                                           ) -> None:
+    txt, js = tmp_path / "c.txt", tmp_path / "c.json"
+    res = compcoll("bench", "compressed", "-np", "2", "-s", "2M", "-n", "2", "-w", "1",
+                   "--compressor", "topk:ratio=0.01", "--without-out", "--txt", str(txt),
+                   "--json", str(js), timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    text = txt.read_text()
+    assert text.startswith("# command: compcoll bench compressed -np 2")
+    assert "topk:ratio=0.01 +EF no out=: " in text and "x the time of the same call" in text
+    rows = {r["name"]: r for r in json.loads(js.read_text())["rows"]}
+    row = rows["topk:ratio=0.01 +EF no out="]
+    assert row["vs_out"] == pytest.approx(row["time_s"] / row["with_out_s"])

@@ -40,6 +40,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                         "hierarchy (flat and two_level side by side on hosts of several "
                         "ranks; default auto)")
     p.add_argument("--no-feedback", action="store_true", help="compress without error feedback")
+    p.add_argument("--without-out", action="store_true",
+                   help="also time each compressed call without out= (the result a new "
+                        "array each call, dropped before the next), beside the same call "
+                        "with out=")
     p.add_argument("-n", "--iters", type=checks.positive_int, default=5,
                    help="timed calls per row (5)")
     p.add_argument("-w", "--warmup", type=checks.count_int, default=2,
@@ -48,6 +52,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="launch N ranks with mpiexec")
     p.add_argument("--json", metavar="PATH", type=checks.output_file,
                    help="write the rows and the command as JSON")
+    p.add_argument("--txt", metavar="PATH", type=checks.output_file,
+                   help="also write the tables, after the command line, to PATH")
     emulated.add_link_arguments(p)
 
 
@@ -128,6 +134,28 @@ def _bound(uplink: float | None, rate: float | None) -> dict[str, float]:
     if not uplink:
         return {}
     return {"host_uplink_bytes": uplink, **({"bound_s": uplink / rate} if rate else {})}
+
+
+def _without_out(world: Any, x: np.ndarray, comp: Any, fb: Any, step: list[int],
+                 args: argparse.Namespace, hier: str, label: str, scheme: str, t_out: float,
+                 t_mpi: float, p: int) -> dict[str, Any]:
+    """The same call as the row before it without ``out=``, interleaved with it call by call
+    (one with, one without) so both see the same machine; the row keeps both medians."""
+    import collectives
+
+    out = np.empty_like(x)
+
+    def call(with_out: bool) -> None:
+        step[0] += 1
+        collectives.allreduce(x, compressor=comp, feedback=fb, name="grad", step=step[0],
+                              scheme=args.scheme, validate=False, hierarchy=hier,
+                              **({"out": out} if with_out else {}))
+
+    pairs = [time_calls(world, lambda w=w: call(w), 1, 0 if i else args.warmup).median
+             for i in range(args.iters) for w in (True, False)]
+    with_out, without = float(np.median(pairs[0::2])), float(np.median(pairs[1::2]))
+    return _row(f"{label} no out=", scheme, without, args.size, p, t_mpi,
+                with_out_s=with_out, vs_out=without / with_out, first_row_s=t_out)
 
 
 def _jsonable(value: Any) -> Any:
@@ -217,15 +245,35 @@ def run(args: argparse.Namespace) -> int:
                          **_bound(up, rate),
                          comm_s=max(t - split[0] - split[1], 0.0), bytes_sent=split[2],
                          bytes_predicted=predicted, rel_error=err, model_s=model))
+        if args.without_out:
+            rows.append(_without_out(world, x, comp, fb, step, args, hier, label, scheme,
+                                     t, t_mpi, p))
     if comm.rank == 0:
-        print("\n".join(_tables(rows)), flush=True)
+        lines = _tables(rows)
+        for r in rows:
+            if "vs_out" in r:
+                lines.append(f"# {r['name']}: {r['vs_out']:.3f}x the time of the same call "
+                             f"with out= ({r['time_s'] * 1e3:.1f} ms against "
+                             f"{r['with_out_s'] * 1e3:.1f}, medians of calls taken in turn)")
         if any("rel_error" in r for r in rows):
-            print("\n".join(comment(report.ERROR_NOTE)))
+            lines += comment(report.ERROR_NOTE)
             if not args.link:
-                print("\n".join(comment(emulated.SHARED_MEMORY_HINT)))
+                lines += comment(emulated.SHARED_MEMORY_HINT)
+        print("\n".join(lines), flush=True)
+        # the command as the user typed it: the launcher's re-run drops -np
+        argv = list(args.argv)
+        if "-np" not in argv:
+            argv[2:2] = ["-np", str(p)]
+        if args.txt:
+            with open(args.txt, "w") as f:
+                f.write("\n".join([f"# command: compcoll {' '.join(argv)}",
+                                   f"# {p} ranks{', ' + where if where else ''}, "
+                                   f"{args.size} B float32, result pool "
+                                   f"{collectives.defaults.result_pool_bytes} B "
+                                   "(COMPCOLL_RESULT_POOL_BYTES)", *lines]) + "\n")
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"command": ["compcoll", *args.argv], "ranks": p, "bytes": args.size,
+                json.dump({"command": ["compcoll", *argv], "ranks": p, "bytes": args.size,
                            "link": emulated.describe(args, p), "cost_params": vars(cost),
                            "rows": rows}, f, indent=1, default=_jsonable)
     return 0

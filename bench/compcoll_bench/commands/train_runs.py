@@ -1,7 +1,8 @@
 """The runs of ``compcoll bench train`` and ``bench tta``: PyTorch's own hooks and ours, one
 registry.
 
-PyTorch's: ``ddp`` (no hook), ``fp16`` and ``bf16`` (``fp16_compress_hook``,
+PyTorch's: ``ddp`` (no hook), ``ddp-hook`` (its allreduce through PyTorch's Python
+``allreduce_hook``), ``fp16`` and ``bf16`` (``fp16_compress_hook``,
 ``bf16_compress_hook``), ``powersgd`` and ``powersgd1`` (``powerSGD_hook``, rank 4 and 1).
 Ours (``collectives.ddp``, error feedback on): ``int8+ef``, ``int4+ef`` (uniform 8 and 4
 bits), ``topk+ef`` (top-k 1%), ``powersgd+ef`` (rank 4), ``auto`` (the automatic policy) and
@@ -37,6 +38,15 @@ def run(name: str) -> Callable[[Callable[[Any, Any], Any]], Callable[[Any, Any],
 @run("ddp")
 def _plain(model: Any, args: Any) -> None:
     """DDP's own allreduce, no hook."""
+
+
+@run("ddp-hook")
+def _ddp_hook(model: Any, args: Any) -> None:
+    """DDP's allreduce through PyTorch's own Python hook (``allreduce_hook``): what any hook
+    written in Python costs over DDP's built-in path, the floor of ours."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    model.register_comm_hook(None, default_hooks.allreduce_hook)
 
 
 @run("fp16")

@@ -26,7 +26,8 @@ BASELINE = "fp16"
 TORCH_HOOKS = ("fp16", "bf16", "powersgd1", "powersgd")
 
 #: Legend labels of the plot.
-LABELS = {"ddp": "DDP, no hook", "fp16": "PyTorch fp16 hook", "bf16": "PyTorch bf16 hook",
+LABELS = {"ddp": "DDP, no hook", "ddp-hook": "DDP's allreduce in PyTorch's Python hook",
+          "fp16": "PyTorch fp16 hook", "bf16": "PyTorch bf16 hook",
           "powersgd1": "PyTorch PowerSGD rank 1", "powersgd": "PyTorch PowerSGD rank 4",
           "auto": "ours, auto policy",
           "auto-rerun": "ours, auto policy, measurements from the cache",
