@@ -76,8 +76,10 @@ def start(comm: Any, buf: torch.Tensor, spec: str, record: dict[str, Any], check
 
     def finish(f: torch.futures.Future[Any]) -> torch.Tensor:
         value = f.value()[0]
+        t0 = time.perf_counter()
         if value is not buf:
             buf.copy_(value)
+        record["copy_s"] = time.perf_counter() - t0
         if after is not None:
             after(buf)
         record["done"] = time.perf_counter()

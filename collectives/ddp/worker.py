@@ -23,17 +23,25 @@ class Job:
     done: list[float] = field(default_factory=list)
 
     def run(self) -> None:
+        copy = 0.0
         for group, x, handle, _ in self.parts:
             if callable(handle):  # started here (engines that match messages by order)
                 handle = handle()
             handle.wait()
             if group is not None:
+                t0 = time.perf_counter()
                 group.scatter(self.buffer, x)
+                copy += time.perf_counter() - t0
         if self.after is not None:
             self.after(self.buffer)  # before the future: the next step may read what it kept
-        self.record["done"] = time.perf_counter()
-        self.record["schemes"] = [st.get("scheme", "plain") for *_, st in self.parts]
-        self.record["bytes_sent"] = sum(st.get("bytes_sent", 0) for *_, st in self.parts)
+        rec, stats = self.record, [st for *_, st in self.parts]
+        rec["done"] = time.perf_counter()
+        rec["schemes"] = [st.get("scheme", "plain") for st in stats]
+        rec["bytes_sent"] = sum(st.get("bytes_sent", 0) for st in stats)
+        # the phases of ``overlap``: coding (on this thread or inside the call) and copies
+        rec["encode_s"] = sum(st.get("compress_s", 0.0) for st in stats)
+        rec["decode_s"] = sum(st.get("decompress_s", 0.0) for st in stats)
+        rec["copy_s"] = copy
         self.future.set_result(self.buffer)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..cli import command
+from . import emulate as emulated
 from . import train_common as common
 from . import train_report as report
 from .train_models import MODELS, task
@@ -75,7 +76,9 @@ def _one(name: str, t: Any, args: argparse.Namespace, mpi: Any) -> dict[str, Any
         ov = cddp.overlap(state, steps=args.steps - warm)
         last = [r["bucket"] for r in state.timeline if r["step"] == args.steps - 1]
         row.update(overlap=ov["overlap"], hook_ms=ov["hook_s"] * 1e3, buckets=len(last),
-                   exposed_ms=ov["exposed_s"] * 1e3, comm_thread_ms=ov["comm_s"] * 1e3)
+                   exposed_ms=ov["exposed_s"] * 1e3, comm_thread_ms=ov["comm_s"] * 1e3,
+                   **{f"{ph}_ms": ov[f"{ph}_s"] * 1e3
+                      for ph in ("encode", "decode", "copy", "wire")})
         if getattr(state.policy, "adaptive", False):
             row["decisions"] = state.policy.table()
             row["decision_log"] = state.policy.log
@@ -105,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
             lines.append(report.format_row(row))
             if mpi.rank == 0:
                 print(lines[-1], flush=True)
+    lines += report.phase_lines(rows, emulated.describe(args, mpi.size))
     for row in rows:
         if "decisions" in row:
             lines += [f"# auto policy decisions, {row['model']}:", row["decisions"]]

@@ -30,6 +30,42 @@ def format_row(row: dict[str, Any], columns: list[Column] = COLUMNS,
     return " ".join(cells)
 
 
+PHASES: list[Column] = [
+    ("model", "model", 8, "{}"), ("run", "run", 9, "{}"), ("step_ms", "step", 7, "{:.1f}"),
+    ("compute_ms", "compute", 7, "{:.1f}"), ("hook_ms", "in-hook", 7, "{:.2f}"),
+    ("encode_ms", "encode", 7, "{:.2f}"), ("wire_ms", "wire", 7, "{:.2f}"),
+    ("decode_ms", "decode", 7, "{:.2f}"), ("copy_ms", "copy", 6, "{:.2f}"),
+    ("exposed_ms", "exposed", 7, "{:.2f}"), ("bound_ms", "bound", 7, "{:.2f}"),
+    ("over_bound", "/bound", 6, "{:.2f}")]
+
+
+def phase_lines(rows: list[dict[str, Any]], link: dict[str, Any] | None) -> list[str]:
+    """Where each step's time goes, per run (ms a step): the step and the same work without
+    communication (medians), then for our hook the means over the steady steps of the time
+    inside the hook on backward's path (grouping, copies in, posting, coding started there),
+    the codecs' time, the wire (the background thread's busy time less codecs and copies:
+    messages and waits for the other ranks), the copies back, and what was left after the
+    last bucket was handed over (exposed). On an emulated link, ``bound``: the bytes each
+    host's link must carry at the least (2 (H - 1) / H of a rank's payload, reduced inside the
+    host first) over its rate plus the codecs' time, and the step's time over compute-only
+    against it (``/bound``)."""
+    out = ["", "# where a step's time goes (ms a step): step and compute-only medians; our "
+           "hook's means: in-hook on backward's path, codecs, wire and waits, copies back, "
+           "exposed after the last bucket" + ("; bound: bytes over the link plus codecs, "
+                                              "/bound: (step - compute) over it" if link else ""),
+           " ".join(f"{h:>{w}}" for _, h, w, _ in PHASES)]
+    for row in rows:
+        r = dict(row)
+        if link and r.get("encode_ms") is not None:
+            hosts = link["hosts"]
+            wire_s = 2 * (hosts - 1) / hosts * r["payload_kb"] * 1e3 * 8 / link["rate_bps"]
+            r["bound_ms"] = wire_s * 1e3 + r["encode_ms"] + r["decode_ms"]
+            r["over_bound"] = (r["step_ms"] - r["compute_ms"]) / r["bound_ms"] \
+                if r["bound_ms"] > 0 else None
+        out.append(format_row(r, PHASES))
+    return out
+
+
 def write_json(path: str, meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     with open(path, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
