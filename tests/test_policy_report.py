@@ -161,3 +161,17 @@ def test_the_summary_counts_what_travels_compressed() -> None:
                     "bytes, predicted 2.50 ms a step")
     rides = report.summary(3, "first", rows, 2.5e-3, {"b": canonical("fp16")})
     assert "2 of 2 layers compressed, 0.500 of the float32 bytes" in rides
+
+
+def test_a_layer_beside_small_ones_keeps_16_bits_rather_than_float32() -> None:
+    """On a slow link a mid-sized layer in a bucket of small ones sends fp16 with them in one
+    collective: the small layers ride in its 16-bit group, so going float32 saves no
+    collective (they were priced as float32 only before)."""
+    mid = lay("v", 1 << 16)
+    smalls = [lay(f"b{i}", 256, "1d") for i in range(6)]
+    policy = run([mid, *smalls], [[mid, *smalls]], cost=SLOW, latency=1e-3, max_error=0.3,
+                 candidates=("none", "fp16"))
+    assert policy.decisions["v"] == "fp16", policy.table()
+    assert all(policy.decisions[s.name] == "none" for s in smalls)  # their own: never priced
+    assert policy.choose_bucket([mid, *smalls]) == ["fp16"] * 7
+    assert "rides in its bucket's fp16 collective" in row(policy, "b0")

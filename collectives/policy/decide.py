@@ -41,11 +41,15 @@ class Outcome:
 
 
 def unmeasured(layer: Layer, cands: tuple[str, ...]) -> np.ndarray:
-    """The table row of a layer sent as it is, never profiled: no coding time, its float32
-    bytes, no error (only "none" is allowed for it, see :func:`decide`)."""
+    """The table row of a layer never profiled: no coding time, no error, its float32 bytes,
+    or 16-bit ones under a 16-bit format (a small layer may ride in one, see
+    :func:`decide`; a large one unmeasured is allowed only "none")."""
     row = np.zeros(1 + PER_CANDIDATE * len(cands))
     cols = row[1:].reshape(len(cands), PER_CANDIDATE)
     cols[:, 4], cols[:, 5] = 4 * max(layer.numel, 1), layer.numel
+    for c, spec in enumerate(cands):
+        if spec != "none" and criterion.sixteen(spec):
+            cols[c, 4] = 2 * max(layer.numel, 1)
     return row
 
 
@@ -82,12 +86,17 @@ def decide(comm: Any, cfg: Any, layers: list[Layer], rows: np.ndarray, measured:
     for i, (layer, row, w, seen) in enumerate(zip(layers, rows, share, measured, strict=True)):
         cols = row[1:].reshape(len(cands), PER_CANDIDATE)
         r = crit.rel[i]
-        plain_only = layer.numel < cfg.min_numel or not seen
+        # A small layer is never profiled and never gets a compressor of its own, but may
+        # ride in a 16-bit group of its bucket (``Decider.choose_bucket``): pricing it there
+        # lets a bucket's layers share one 16-bit collective rather than move to float32.
+        small = layer.numel < cfg.min_numel
+        plain_only = small or not seen
         # Ruled out for this layer: a residual that grows, a per-step error above the whole
         # budget, or one that cannot be bounded (see the module doc).
         grew.append(crit.residual[i] > cfg.max_residual)
         over.append(r > cfg.max_error)
-        times.append([math.inf if spec != "none" and (plain_only or ruled) else
+        times.append([math.inf if spec != "none" and (ruled or plain_only and not (
+                          small and criterion.sixteen(spec))) else
                       plan.price(comm.size, layer, spec, col, cost, hierarchy)
                       for spec, col, ruled in zip(cands, cols,
                                                   grew[-1] | over[-1] | crit.unbounded[i],

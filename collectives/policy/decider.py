@@ -62,10 +62,10 @@ class Decider(Part):
         not a matrix, and top-k would starve it), and under Adam so does a quantizer: a small
         layer is never profiled, so its error in Adam's space is not bounded (a norm scale's
         gradient quantized with a weight's range). Kept out, they join a group the bucket
-        sends anyway: ``none`` where a larger layer is sent uncompressed (the plan found
-        32 bits cheapest there: a fast link), else a 16-bit group of the bucket, else the
-        16-bit format of the start (``initial``: fp16), whose rounding is all the error they
-        get; not float32, twice the bytes of the fp16 hook. A bucket of small layers alone
+        sends anyway: a 16-bit one, else ``none`` where a larger layer is sent uncompressed
+        (the plan found 32 bits cheapest there: a fast link), else a group of their own in
+        the 16-bit format of the start (``initial``: fp16), whose rounding is all the error
+        they get; not float32, twice the bytes of the fp16 hook. A bucket of small layers alone
         sends them in 16 bits where the plan compresses any layer, else uncompressed.
         Decided on the bucket the hook has now (DDP rebuilds its buckets after the first
         step), the same on every rank."""
@@ -88,10 +88,10 @@ class Decider(Part):
             if not (spec == "none" or caps.sparse or caps.allreduce_steps
                     or self.config.optimizer == "adam" and not sixteen(spec)):
                 return spec
-        if "none" in big:
-            return "none"
-        sixteens = sorted(s for s in big if sixteen(s))
-        return sixteens[0] if sixteens else half or "none"
+        sixteens = sorted(s for s in big if sixteen(s) and s != "none")
+        if sixteens:  # the fewest bytes among the groups the bucket sends anyway
+            return sixteens[0]
+        return "none" if "none" in big else half or "none"
 
     def rides(self, layout: Layout) -> dict[str, str]:
         """The small layers that travel in their bucket's compressed group (by name)."""
@@ -152,7 +152,14 @@ class Decider(Part):
         out = decide(comm, self.config, layers, rows, [n in measurements for n in names],
                      [layout.bucket.get(n, n) for n in names], self.signals.live, cost,
                      fixed, self.decisions, hierarchy)
-        self.decisions = {lay.name: cands[c] for lay, c in zip(layers, out.pick, strict=True)}
+        # A small layer's pick only priced where it may ride; what it sends is its bucket's
+        # (``choose_bucket``), and its own decision stays "none".
+        small = self.config.min_numel
+        self.decisions = {lay.name: cands[c] if lay.numel >= small else "none"
+                          for lay, c in zip(layers, out.pick, strict=True)}
+        for row in out.rows:
+            if row["numel"] < small and row["compressor"] != "none":
+                row.update(compressor="none", bytes=4 * max(row["numel"], 1))
         self.collective_s = dict(zip(cands, fixed, strict=True))
         self.rows, self.total_error = out.rows, out.error
         return out
