@@ -32,6 +32,8 @@ PATHS: dict[str, int] = {
     "settings": 8,
     "refused": 9,  # a rank whose own arguments were refused before it could validate them
     "DDP hook settings": 10,
+    "DiLoCo settings": 11,
+    "OneBitAdam settings": 12,
 }
 _NAMES = {code: name for name, code in PATHS.items()}
 _NAMES[PATHS["refused"]] = "a call that refused its own arguments (see that rank's error)"

@@ -2,8 +2,8 @@
 
 A thin front for ``collectives`` and ``compressors``: every name of ``collectives.__all__``
 is here (``compcoll.allreduce`` is ``collectives.allreduce``), and so are the subpackages
-``compressors``, ``ddp``, ``fsdp``, ``backend``, ``lightning`` and ``policy``. The torch
-integrations (``ddp``, ``fsdp``, ``backend``, ``lightning``) load on first use, so
+``compressors``, ``ddp``, ``fsdp``, ``backend``, ``lightning``, ``policy`` and ``optim``. The
+torch integrations (``ddp``, ``fsdp``, ``backend``, ``lightning``, ``optim``) load on first use, so
 ``import compcoll`` works without torch.
 
 Example::
@@ -46,7 +46,8 @@ from collectives import (
 
 #: Subpackages loaded on first use (the torch integrations need torch), by attribute name.
 LAZY = {"ddp": "collectives.ddp", "fsdp": "collectives.fsdp", "backend": "collectives.backend",
-        "lightning": "collectives.lightning", "policy": "collectives.policy"}
+        "lightning": "collectives.lightning", "policy": "collectives.policy",
+        "optim": "collectives.optim"}
 
 __all__ = [
     "__version__",
@@ -55,7 +56,7 @@ __all__ = [
     "MismatchError", "TransportError", "algorithms", "allgather", "allreduce",
     "as_communicator", "broadcast", "defaults", "iallreduce", "isparse_allreduce",
     "reduce_scatter", "schemes", "sparse_allreduce", "tune",
-    "compressors", "ddp", "fsdp", "backend", "lightning", "policy",
+    "compressors", "ddp", "fsdp", "backend", "lightning", "policy", "optim",
 ]
 
 

@@ -17,7 +17,7 @@ def test_every_public_name_of_collectives_is_the_same_object() -> None:
     names = list(collectives.__all__)
     assert set(names) <= set(compcoll.__all__)
     assert [n for n in compcoll.__all__ if n not in names] == [
-        "compressors", "ddp", "fsdp", "backend", "lightning", "policy"]
+        "compressors", "ddp", "fsdp", "backend", "lightning", "policy", "optim"]
     for name in names:
         assert getattr(compcoll, name) is getattr(collectives, name), name
 

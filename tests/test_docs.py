@@ -26,7 +26,8 @@ TOOLS = {"sphinx": "sphinx", "myst_parser": "myst-parser", "sphinxarg": "sphinx-
 #: each documented package and its API page: every name in its __all__ must be there
 API = {"collectives": "api/collectives.html", "compressors": "api/compressors.html",
        "collectives.ddp": "api/ddp.html", "collectives.policy": "api/policy.html",
-       "collectives.backend": "api/backend.html", "collectives.fsdp": "api/fsdp.html"}
+       "collectives.backend": "api/backend.html", "collectives.fsdp": "api/fsdp.html",
+       "collectives.optim": "api/optim.html"}
 MPI_LINE = re.compile(r"#\s*mpiexec\s+-n\s+(\d+)")
 
 

@@ -569,3 +569,26 @@ def test_max_residual_must_be_positive(bad) -> None:
     with pytest.raises(ValueError, match="max_residual must be > 0"):
         AutoPolicy(max_residual=bad)
     assert AutoPolicy(max_residual=float("inf")).config.max_residual == float("inf")
+
+
+@pytest.mark.parametrize("ours, engine, first", [(1e-3, 5e-3, False), (1e-3, 1.05e-3, True),
+                                                 (2e-3, 1e-3, True)])
+def test_a_bucket_sent_whole_goes_the_way_measured_faster(tmp_path, monkeypatch, ours, engine,
+                                                          first) -> None:
+    """The latency rounds time the engine's own allreduce beside ours: where ours is clearly
+    faster (gloo's latency on a slow link), the hook sends uncompressed buckets through ours;
+    else through the engine, as DDP does. The choice is kept with the measurements."""
+    def one_round(comm, cands, plain, step, **kw):
+        row = [ours if c == "none" else 3e-3 for c in cands]
+        return np.array(row + ([engine] if kw.get("engine") else []))
+
+    monkeypatch.setattr(auto.latencies, "one_round", one_round)
+    pol = policy(tmp_path, latency=None)
+    assert pol.engine_first() is None  # not measured yet
+    drive(pol, Ranks(), range(6), model())
+    assert pol.engine_first() is first
+    assert pol.measured["engine_s"] == pytest.approx(engine)
+    again = policy(tmp_path, latency=None)
+    drive(again, Ranks(), range(6), model())
+    assert again.cached and again.engine_first() is first  # read back from the cache
+    assert AutoPolicy(latency="model").engine_first() is None

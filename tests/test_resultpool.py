@@ -45,9 +45,12 @@ def test_a_block_is_not_reused_while_anything_made_from_it_lives(keep: str) -> N
     a = resultpool.empty_like_numpy(x)
     a[:] = 7.0
     first = address(a)
-    held = {"view": lambda: a[5:], "reshape": lambda: a.reshape(3, -1),
-            "torch": lambda: torch.from_numpy(a),
-            "slice of torch": lambda: torch.from_numpy(a)[1:]}[keep]()
+    if keep == "view":
+        held = a[5:]
+    elif keep == "reshape":
+        held = a.reshape(3, -1)
+    else:
+        held = torch.from_numpy(a) if keep == "torch" else torch.from_numpy(a)[1:]
     del a
     gc.collect()
     b = resultpool.empty_like_numpy(x)

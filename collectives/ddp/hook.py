@@ -58,9 +58,10 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
     warm = step < state.start_step
     groups = [] if warm else _groups(state, bucket, buf, index, step)
     # A bucket sent whole as none goes through the engine's allreduce, as DDP sends it, unless
-    # ``plain`` names another (an adaptive policy's "auto" pick is for none groups that share
-    # a bucket with compressed ones)
-    engine = state.plain_algorithm() == comm.engine
+    # ``plain`` names another, or an adaptive policy measured ours clearly faster (a slow
+    # link's latency); its "auto" pick is otherwise for none groups beside compressed ones.
+    engine = state.plain_algorithm() == comm.engine and (
+        warm or state.policy.engine_first() is not False)
     fast = fastpath.serves(comm) and (
         engine if warm else fastpath.spec_of(groups, state.feedback, engine))
     if fast in fastpath.HALF and state.hierarchy == "two_level":

@@ -101,6 +101,11 @@ class AutoPolicy(Whole, Policy):
                 if f.name != "cache_dir" and getattr(cfg, f.name) != getattr(base, f.name)]
         return "auto:" + ",".join(keep) if keep else "auto"
 
+    def engine_first(self) -> bool | None:
+        """Whether a bucket sent uncompressed whole should go through the engine's own
+        allreduce, as DDP sends it (``Costs.engine_first``; None: not measured)."""
+        return self._costs.engine_first(self.config.margin)
+
     def choose_bucket(self, layers: list[Layer]) -> list[str]:
         """Each layer's decision, small layers riding in their bucket's elementwise
         compressor (see ``Decider.choose_bucket``)."""

@@ -94,6 +94,11 @@ class Policy:
         """Whether the hook should report ``step``'s gradient norms (:meth:`observe_norm`)."""
         return self.adaptive
 
+    def engine_first(self) -> bool | None:
+        """Whether a bucket sent uncompressed whole goes through the engine's own allreduce
+        (True), ours (False), or as the state's ``plain`` says (None: nothing measured)."""
+        return None
+
     def observe_norm(self, step: int, sq_norm: float, bucket: Hashable | None = None) -> None:
         """Squared norm of (part of, bucket ``bucket``) the averaged gradient of ``step``."""
 

@@ -240,7 +240,10 @@ def check(record: Any, want: str, world: int, cands: tuple[str, ...],
                     "seconds": _seconds(measured.get("seconds"), cands, "measured.seconds",
                                         above=True),
                     "overhead_s": _seconds(measured.get("overhead_s"), cands,
-                                           "measured.overhead_s", above=False)}
+                                           "measured.overhead_s", above=False),
+                    # (optional: the engine's allreduce against ours, kept since 2026-12)
+                    **{k: _in(measured[k], f"'measured.{k}'", 0.0, MAX_SECONDS, above=True)
+                       for k in ("engine_s", "ours_s") if measured.get(k) is not None}}
     return {"table": rows, "measured": measured, "fit": fit}
 
 

@@ -23,6 +23,9 @@ from . import plan
 from .cachefile import loaded_fit
 from .part import Part
 
+#: The column of the engine's own allreduce in the latency rounds.
+ENGINE = "engine"
+
 
 class Costs(Part):
     """The cost model to price with and each candidate's fixed cost of one collective.
@@ -66,7 +69,7 @@ class Costs(Part):
         ``REPEATS + 1`` rounds, one per profiling step, the rest at the decision."""
         if self.needed(comm.size) and len(self.rounds) <= latencies.REPEATS:
             self.rounds.append(latencies.one_round(comm, self.candidates, plain,
-                                                   len(self.rounds)))
+                                                   len(self.rounds), engine=True))
 
     def fixed(self, comm: Any, cost: costmodel.CostParams, plain: str | None
               ) -> tuple[list[float], dict[str, float] | None]:
@@ -84,13 +87,30 @@ class Costs(Part):
             while len(self.rounds) < latencies.REPEATS + 1:
                 self.round(comm, plain)
             mine = latencies.nanoseconds(np.stack(self.rounds))
-            seconds = latencies.plain_first(latencies.slowest(comm, cands, mine))
+            names = (*cands, ENGINE) if mine.size == len(cands) + 1 else cands
+            both = latencies.slowest(comm, names, mine)
+            engine_s = both.pop(ENGINE, None)
+            ours_s = both["none"] if "none" in both else None
+            seconds = latencies.plain_first(both)
             self.rounds = []
             here = self.fitted or costmodel.params(comm)
             self.measured = {"ranks": p, "seconds": seconds,
                              "overhead_s": latencies.overhead(p, seconds, here)}
+            if engine_s is not None and ours_s is not None:
+                self.measured.update(engine_s=engine_s, ours_s=ours_s)
         assert self.measured is not None
         return latencies.fixed(p, cands, self.measured["overhead_s"], cost), seconds
+
+    def engine_first(self, margin: float) -> bool | None:
+        """Whether a bucket sent uncompressed whole goes through the engine's own allreduce
+        (DDP's, on the training thread) rather than ours: yes unless ours measured more than
+        ``margin`` faster on a small tensor (a slow link's latency: gloo pays several
+        milliseconds a collective there where ours pays one); None before it is measured
+        (or where the latencies are given, not measured)."""
+        m = self.measured
+        if not m or m.get("engine_s") is None or m.get("ours_s") is None:
+            return None
+        return not m["ours_s"] < m["engine_s"] * (1.0 - margin)
 
     def adopt(self, measured: dict[str, Any] | None, fit: Mapping[str, float] | None) -> None:
         """What the cache held: the measured latencies and the fitted model, if any."""

@@ -63,9 +63,11 @@ def nanoseconds(runs: np.ndarray) -> np.ndarray:
 
 
 def one_round(comm: Any, cands: tuple[str, ...], plain: str | None, step: int, *,
-              size: int = SIZE, timeout: float | None = None) -> np.ndarray:
+              size: int = SIZE, timeout: float | None = None,
+              engine: bool = False) -> np.ndarray:
     """This rank's seconds of one allreduce of ``size`` float32 elements per candidate
-    (collective).
+    (collective); with ``engine``, one more column: the same through the communicator's
+    engine (how the hook sends a bucket uncompressed whole, as DDP does).
 
     "none" goes the way the hook sends uncompressed groups (``plain``: the algorithm, None
     for the communicator's engine); the others through the compressed allreduce, scheme
@@ -87,6 +89,10 @@ def one_round(comm: Any, cands: tuple[str, ...], plain: str | None, step: int, *
             api.allreduce(buf, comm=comm, compressor=comp, scheme="auto", name=PROBE,
                           step=step, validate=False, timeout=timeout)
         out[j] = time.perf_counter() - t0
+    if engine:
+        t0 = time.perf_counter()
+        api.allreduce(x, comm=comm, algorithm=comm.engine, validate=False, timeout=timeout)
+        out = np.append(out, time.perf_counter() - t0)
     return out
 
 

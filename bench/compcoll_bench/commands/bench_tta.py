@@ -37,6 +37,7 @@ from . import tta_report as report
 from . import tta_steps as steps
 from .benchlib import comment
 from .train_models import MODELS, task
+from .train_optims import OPTIMIZERS, payload
 from .train_runs import ONE_BUCKET, RUNS, payload_bytes
 from .tta_target import Target, best, first_reached, reference_target, smooth
 
@@ -47,7 +48,8 @@ TTA_RUNS = ["ddp", "fp16", "bf16", "powersgd1", "powersgd", "auto", "int8+ef", "
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     common.add_arguments(p, models="cnn,mlp-wide,lm,embed", steps=300, runs=TTA_RUNS,
-                         known=[*RUNS, COMPUTE], bucket_mb=25.0, bucket_help="DDP's own "
+                         known=[*RUNS, *OPTIMIZERS, COMPUTE], bucket_mb=25.0,
+                         bucket_help="DDP's own "
                          "default, as a user who tunes nothing has it",
                          model_help=f"comma-separated of "
                          f"{', '.join(MODELS)} (mlp-wide: 6.4M parameters in three matrices; "
@@ -71,7 +73,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    models, runs = common.check(args, MODELS, [*RUNS, COMPUTE])
+    models, runs = common.check(args, MODELS, [*RUNS, *OPTIMIZERS, COMPUTE])
     emulated.check_arguments(args)
     if "ddp" not in runs:
         raise UsageError(f"--runs {args.runs}: add ddp (its best quality defines the target)")
@@ -92,9 +94,13 @@ def _train(name: str, t: Any, args: argparse.Namespace, mpi: Any,
 
     compute = name == COMPUTE
     bucket_mb = ONE_BUCKET.get(name, args.bucket_mb)
-    model = DDP(t.make(), bucket_cap_mb=bucket_mb)
-    state = None if compute else RUNS[name](model, args)
-    opt = common.adam(model.parameters(), args.lr)
+    state = None
+    if name in OPTIMIZERS:  # the optimizer changes, not DDP's gradients
+        model, opt = OPTIMIZERS[name](t.make(), args, bucket_mb)
+    else:
+        model = DDP(t.make(), bucket_cap_mb=bucket_mb)
+        state = None if compute else RUNS[name](model, args)
+        opt = common.adam(model.parameters(), args.lr)
     times: list[float] = []
     losses: list[float] = []
     parts: list[tuple[float, ...]] = []  # per step: forward, backward, optimizer, hook
@@ -130,13 +136,15 @@ def _train(name: str, t: Any, args: argparse.Namespace, mpi: Any,
         "best": best(curve, t.higher_is_better) if curve else None,
         "smoothed_final": smoothed[-1][2] if curve else None,
         "smoothed_best": best(smoothed, t.higher_is_better) if curve else None,
-        "bytes_per_step": 0 if compute else payload_bytes(name, model.module, state),
+        "bytes_per_step": 0 if compute else payload(name, opt, int(flat.size))
+        if name in OPTIMIZERS else payload_bytes(name, model.module, state),
         "mean_ms": float(per_step.mean()) * 1e3,
         "median_ms": float(np.median(per_step[warm:])) * 1e3,
         "split_ms": steps.split_ms(parts, warm, mpi, with_hook=state is not None),
         "first10_s": float(per_step[:10].sum()), "train_s": float(clock[-1]),
         "final_loss": float(mean_loss[-10:].mean()), "losses": mean_loss.tolist(),
-        "ranks_agree": None if compute else agree,
+        # (local steps: the ranks' weights differ between syncs by design)
+        "ranks_agree": None if compute or name in ("diloco", "postlocal") else agree,
         "step_times_ms": (per_step * 1e3).tolist()}
     row["mb_per_step"] = row["bytes_per_step"] / 1e6
     row["worst5_x"] = steps.worst_stretch(row["step_times_ms"], row["median_ms"])
@@ -194,8 +202,9 @@ def run(args: argparse.Namespace) -> int:
              *(f"# auto policy decisions, {r['model']}:\n{r['decisions']}"
                for r in rows if "decisions" in r),
              *(tta_repeat.describe(r) for r in repeats)]
-    _say(mpi, "\n".join([*comment("all runs (vs fp16, vs hooks: the fp16 hook's, the "
-                                   "soonest PyTorch hook's time to target over the run's; "
+    _say(mpi, "\n".join([*comment("all runs (vs fp16, vs torch: the fp16 hook's, the "
+                                   "soonest PyTorch option's (DDP, its hooks, post-local "
+                                   "SGD) time to target over the run's; "
                                    "final, best: of the curve smoothed over "
                                    f"{args.smooth} evaluation(s); worst5/med: the slowest 5 "
                                    "steps in a row after the first over the median)"),

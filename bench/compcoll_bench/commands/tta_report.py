@@ -14,16 +14,16 @@ from . import train_report
 # (``first10_s``) and its every step's time.
 COLUMNS = [("model", "model", 8, "{}"), ("run", "run", 11, "{}"),
            ("target_s", "to target(s)", 12, "{:.2f}"), ("target_step", "at step", 7, "{}"),
-           ("vs_fp16", "vs fp16", 7, "{:.2f}x"), ("vs_hooks", "vs hooks", 8, "{:.2f}x"),
+           ("vs_fp16", "vs fp16", 7, "{:.2f}x"), ("vs_hooks", "vs torch", 8, "{:.2f}x"),
            ("smoothed_final", "final", 6, "{:.4f}"), ("smoothed_best", "best", 6, "{:.4f}"),
            ("mb_per_step", "MB/step", 7, "{:.3f}"),
            ("mean_ms", "mean(ms)", 8, "{:.1f}"), ("median_ms", "median(ms)", 10, "{:.1f}"),
            ("worst5_x", "worst5/med", 10, "{:.2f}x"), ("train_s", "train(s)", 8, "{:.2f}")]
 
 #: The runs whose times to target the others are compared with: PyTorch's fp16 hook, and the
-#: soonest of PyTorch's compression hooks.
+#: soonest of PyTorch's options: DDP itself, its compression hooks, post-local SGD.
 BASELINE = "fp16"
-TORCH_HOOKS = ("fp16", "bf16", "powersgd1", "powersgd")
+TORCH_HOOKS = ("ddp", "fp16", "bf16", "powersgd1", "powersgd", "postlocal")
 
 #: Legend labels of the plot.
 LABELS = {"ddp": "DDP, no hook", "ddp-hook": "DDP's allreduce in PyTorch's Python hook",
@@ -34,7 +34,9 @@ LABELS = {"ddp": "DDP, no hook", "ddp-hook": "DDP's allreduce in PyTorch's Pytho
           "auto-flat": "ours, auto policy, flat (no reduction inside hosts first)",
           "fp16-ours": "ours, fp16 (two-level across hosts)",
           "int8+ef": "ours, 8-bit + EF", "int4+ef": "ours, 4-bit + EF",
-          "topk+ef": "ours, top-k 1% + EF", "powersgd+ef": "ours, PowerSGD rank 4 + EF"}
+          "topk+ef": "ours, top-k 1% + EF", "powersgd+ef": "ours, PowerSGD rank 4 + EF",
+          "diloco": "ours, DiLoCo (auto)", "onebit": "ours, 1-bit Adam (auto)",
+          "postlocal": "PyTorch post-local SGD"}
 
 
 def header() -> str:

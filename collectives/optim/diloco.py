@@ -1,0 +1,293 @@
+"""DiLoCo: local steps, and every ``sync_every`` steps an outer step on the ranks' compressed
+average pseudo-gradient.
+
+Each rank trains its own copy of the model with the inner optimizer (AdamW, Adam, anything).
+Every ``sync_every`` inner steps the ranks average their pseudo-gradients, the global weights
+less their local ones, through compcoll's allreduce (compressed, with error feedback kept
+across syncs; two-level on hosts of several ranks), and take an outer step on the global
+weights: SGD with Nesterov momentum, as in DiLoCo (Douillard et al. 2023), whose result every
+rank loads. With ``sync_every=1``, no compressor and an outer SGD of lr 1 without momentum,
+this is synchronous data-parallel SGD with the inner optimizer's step size: the average of the
+local steps is the step of the averaged gradient for plain SGD.
+
+The global weights are a float32 master copy, flat, on the model's device. Communication is
+one collective per sync over all parameters (float32 pseudo-gradients whatever the model's
+dtype). Syncs are not streamed (fragments in turn, overlapped with inner steps): a sync
+blocks the step that makes it.
+
+``sync_every="auto"`` syncs every step for the first ``PROBE`` steps (the warm-up, where the
+local models are furthest from each other), timing the syncs and the steps between them, and
+then syncs every H steps, the least H for which a sync costs at most ``max_comm_share`` of the
+time of the H steps; the ranks take the largest H any of them found. ``compressor="auto"``
+compresses to 8 bits (``uniform:bits=8``) where the cost model prices the float32 allreduce
+of the pseudo-gradient at more than the 8-bit one with its coding (measured on this buffer),
+else sends float32; one rank alone sends nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+import compressors
+
+from .. import api, costmodel
+from ..config import check_timeout
+from ..policy.base import canonical
+from ..transport import as_communicator
+from ..validation import agree_settings, refusing
+
+VERSION = 1
+#: sync_every="auto": steps synced every step first, timed for the choice of H.
+PROBE = 5
+#: sync_every="auto": the largest H it picks.
+MAX_SYNC_EVERY = 1000
+#: compressor="auto": what a slow link gets.
+AUTO_COMPRESSOR = "uniform:bits=8"
+
+
+class DiLoCo:
+    """Wrap ``optimizer`` (over ``model``'s parameters) with DiLoCo's outer loop.
+
+    Call it where the inner optimizer would be called: ``loss.backward(); opt.step();
+    opt.zero_grad()``. Construction is collective (every rank, the same arguments): the ranks
+    compare their settings (``MismatchError`` on every rank where they differ) and load rank
+    0's weights. ``.optimizer`` is the inner optimizer, for LR schedulers.
+
+    Example::
+
+        >>> model = torch.nn.Linear(64, 64)
+        >>> opt = collectives.optim.DiLoCo(torch.optim.AdamW(model.parameters(), 1e-3), model,
+        ...                                sync_every=50)
+        >>> for x, y in batches:
+        ...     torch.nn.functional.mse_loss(model(x), y).backward()
+        ...     opt.step()
+        ...     opt.zero_grad()
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module, *,
+                 sync_every: int | str = "auto", outer_lr: float = 0.7,
+                 outer_momentum: float = 0.9, compressor: Any = "auto", comm: Any = None,
+                 max_comm_share: float = 0.1, timeout: float | None = None) -> None:
+        self.comm = as_communicator(comm)
+        self.timeout = check_timeout(timeout)
+        with refusing(self.comm, "DiLoCo settings", True, self.timeout):
+            self.params = _check(optimizer, model, sync_every, outer_lr, outer_momentum,
+                                 max_comm_share)
+            spec = compressor if compressor == "auto" else _spec(compressor)
+        self.optimizer, self.model = optimizer, model
+        self.outer_lr, self.outer_momentum = float(outer_lr), float(outer_momentum)
+        self.max_comm_share = float(max_comm_share)
+        self.sync_every: int | None = None if sync_every == "auto" else int(sync_every)
+        self.auto_sync = sync_every == "auto"
+        numel = sum(p.numel() for p in self.params)
+        agree_settings(self.comm, "DiLoCo settings", {
+            "sync_every": str(sync_every), "outer_lr": repr(self.outer_lr),
+            "outer_momentum": repr(self.outer_momentum), "compressor": str(spec),
+            "max_comm_share": repr(self.max_comm_share),
+            "parameters": f"{len(self.params)} tensors of {numel} elements"}, self.timeout)
+        with torch.no_grad():
+            flat = torch.cat([p.detach().reshape(-1).float() for p in self.params])
+        api.broadcast(flat, root=0, comm=self.comm, timeout=self.timeout)  # rank 0's weights
+        self._master = torch.nn.Parameter(flat, requires_grad=False)
+        self._load()
+        self.outer = torch.optim.SGD([self._master], lr=self.outer_lr,
+                                     momentum=self.outer_momentum,
+                                     nesterov=self.outer_momentum > 0)
+        self.compressor = self._auto_compressor(flat) if spec == "auto" else spec
+        comp = None if self.compressor == "none" else compressors.get(self.compressor)
+        self.feedback = None if comp is None else compressors.ErrorFeedback(comp)
+        self.steps = 0  # inner steps taken
+        self.syncs = 0  # outer steps taken
+        self._times: dict[str, list[float]] = {"step": [], "sync": []}
+        self._last: float | None = None  # when the previous step() returned
+
+    # -- the optimizer's interface -------------------------------------------------------
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self.optimizer.param_groups
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure: Any = None) -> Any:
+        """An inner step; an outer step (collective) when one is due."""
+        start = time.perf_counter()
+        if self._last is not None:
+            self._times["step"].append(start - self._last)
+        loss = self.optimizer.step(closure)
+        self.steps += 1
+        if self._due():
+            t0 = time.perf_counter()
+            self._sync()
+            self._times["sync"].append(time.perf_counter() - t0)
+            if self.auto_sync and self.sync_every is None and self.syncs >= PROBE:
+                self.sync_every = self._choose_sync_every()
+        self._last = time.perf_counter()
+        return loss
+
+    def _due(self) -> bool:
+        if self.sync_every is None:  # auto, still probing: every step
+            return True
+        return self.steps % self.sync_every == 0
+
+    # -- the outer step -------------------------------------------------------------------
+    def _sync(self) -> None:
+        """Average the pseudo-gradients (global less local), step the global weights with the
+        outer optimizer, and load them into the model."""
+        with torch.no_grad():
+            delta = self._master.detach() - torch.cat(
+                [p.detach().reshape(-1).float() for p in self.params])
+        kwargs: dict[str, Any] = {}
+        if self.feedback is not None:
+            kwargs = {"compressor": self.feedback.compressor, "feedback": self.feedback,
+                      "name": "diloco", "step": self.syncs}
+        api.allreduce(delta, op="avg", comm=self.comm, out=delta, timeout=self.timeout,
+                      **kwargs)
+        self._master.grad = delta
+        self.outer.step()
+        self._master.grad = None
+        self._load()
+        self.syncs += 1
+
+    def _load(self) -> None:
+        """The global weights into the model's parameters (in their dtypes)."""
+        with torch.no_grad():
+            at = 0
+            for p in self.params:
+                n = p.numel()
+                p.copy_(self._master[at:at + n].view_as(p))
+                at += n
+
+    # -- "auto" -----------------------------------------------------------------------------
+    def _choose_sync_every(self) -> int:
+        """The least H whose sync costs at most ``max_comm_share`` of H steps and itself,
+        from the probe's medians; the largest any rank found (collective)."""
+        steps = self._times["step"][1:] or [1e-3]  # the first interval includes set-up
+        # Each probe interval holds one sync: the step's own time is the interval less it.
+        syncs = self._times["sync"]
+        step_s = max(float(np.median(steps)) - float(np.median(syncs)), 1e-6)
+        sync_s = float(np.median(syncs))
+        want = sync_s * (1.0 - self.max_comm_share) / (self.max_comm_share * step_s)
+        mine = np.array([min(MAX_SYNC_EVERY, max(1, math.ceil(want)))], np.float64)
+        agreed = api.allreduce(mine, op="max", comm=self.comm, timeout=self.timeout)
+        return int(agreed[0])
+
+    def _auto_compressor(self, flat: torch.Tensor) -> str:
+        """8 bits where the cost model prices the float32 sync above the 8-bit one with its
+        coding (timed here on this buffer, the slowest rank's), else none (collective)."""
+        if self.comm.size == 1:
+            return "none"
+        cost = costmodel.params(self.comm, timeout=self.timeout)
+        comp = compressors.get(AUTO_COMPRESSOR)
+        host = flat.detach().cpu().numpy()
+        t0 = time.perf_counter()
+        comp.decompress(comp.compress(host, name="probe", step=0))
+        mine = np.array([time.perf_counter() - t0], np.float64)
+        codec = float(api.allreduce(mine, op="max", comm=self.comm, timeout=self.timeout)[0])
+        p, n = self.comm.size, flat.numel()
+        dense = costmodel.predict("ring", p, 4 * n, cost)
+        wire = comp.payload_nbytes(n) or n
+        return AUTO_COMPRESSOR if costmodel.predict("ring", p, wire, cost) + 2 * codec < dense \
+            else "none"
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's state: the inner and outer optimizers', the global weights, the error
+        feedback's residuals (this rank's own), the step counts and the chosen settings.
+        The model's weights are the model's ``state_dict`` (the local ones, between syncs)."""
+        return {"version": VERSION, "steps": self.steps, "syncs": self.syncs,
+                "sync_every": self.sync_every, "compressor": self.compressor,
+                "world_size": self.comm.size, "rank": self.comm.rank,
+                "inner": self.optimizer.state_dict(), "outer": self.outer.state_dict(),
+                "global": self._master.detach().cpu().clone(),
+                "feedback": None if self.feedback is None else self.feedback.state_dict(),
+                "times": {k: list(v) for k, v in self._times.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` (validated: a bad field raises ValueError naming it and
+        changes nothing). Load the model's own weights as well."""
+        _validate(state, self)
+        self.optimizer.load_state_dict(state["inner"])
+        self.outer.load_state_dict(state["outer"])
+        with torch.no_grad():
+            self._master.copy_(state["global"].to(self._master.device))
+        if self.feedback is not None and state["feedback"] is not None:
+            self.feedback.load_state_dict(state["feedback"])
+        self.steps, self.syncs = int(state["steps"]), int(state["syncs"])
+        self.sync_every = None if state["sync_every"] is None else int(state["sync_every"])
+        self._times = {k: list(v) for k, v in state["times"].items()}
+        self._last = None
+
+
+def _check(optimizer: Any, model: Any, sync_every: Any, outer_lr: Any, outer_momentum: Any,
+           share: Any) -> list[torch.nn.Parameter]:
+    """The model's trainable parameters, once every argument is checked (ValueError or
+    TypeError naming the argument and what is accepted)."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"DiLoCo wraps a torch.optim.Optimizer (AdamW, Adam, ...), got "
+                        f"{type(optimizer).__name__}")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"DiLoCo needs the model (a torch.nn.Module), got {type(model).__name__}")
+    if sync_every != "auto" and (isinstance(sync_every, bool) or not isinstance(
+            sync_every, numbers.Integral) or sync_every < 1):
+        raise ValueError(f"sync_every must be 'auto' or an integer >= 1, got {sync_every!r}")
+    for name, value, lo, hi in (("outer_lr", outer_lr, 0.0, math.inf),
+                                ("outer_momentum", outer_momentum, 0.0, 1.0),
+                                ("max_comm_share", share, 0.0, 1.0)):
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and \
+            math.isfinite(value) and lo <= value < hi and (name == "outer_momentum" or value > 0)
+        if not ok:
+            bounds = "in [0, 1)" if name == "outer_momentum" else \
+                "in (0, 1)" if name == "max_comm_share" else "> 0 and finite"
+            raise ValueError(f"{name} must be a number {bounds}, got {value!r}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no trainable parameters")
+    mine = {id(p) for p in params}
+    stray = sum(1 for g in optimizer.param_groups for p in g["params"] if id(p) not in mine)
+    if stray:
+        raise ValueError(f"the optimizer holds {stray} parameter(s) that are not the model's "
+                         "trainable ones: build it over model.parameters()")
+    if len({p.device for p in params}) != 1:
+        raise ValueError("the model's parameters are on several devices; DiLoCo keeps one "
+                         "flat copy of them on one device")
+    return params
+
+
+def _spec(compressor: Any) -> str:
+    """The canonical spec of ``compressor`` (a spec or a Compressor); "none" for None."""
+    if compressor is None or compressor == "none":
+        return "none"
+    spec = canonical(compressor)
+    if compressors.get(spec).capabilities.allreduce_steps:
+        raise ValueError(f"compressor {spec!r} needs a matrix per parameter; DiLoCo sends one "
+                         "flat pseudo-gradient: use a quantizer or top-k")
+    return spec
+
+
+def _validate(state: Any, opt: DiLoCo) -> None:
+    """ValueError naming what in ``state`` does not fit ``opt``."""
+    if not isinstance(state, Mapping) or state.get("version") != VERSION:
+        raise ValueError(f"not a DiLoCo state_dict of version {VERSION}")
+    missing = [k for k in ("steps", "syncs", "sync_every", "compressor", "world_size",
+                           "inner", "outer", "global", "feedback", "times") if k not in state]
+    if missing:
+        raise ValueError(f"DiLoCo state_dict lacks {', '.join(missing)}")
+    g = state["global"]
+    if not isinstance(g, torch.Tensor) or g.shape != opt._master.shape:
+        shape = tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
+        raise ValueError(f"DiLoCo state_dict: global weights of shape {shape}, this model has "
+                         f"{tuple(opt._master.shape)}")
+    if state["compressor"] != opt.compressor:
+        raise ValueError(f"DiLoCo state_dict was saved with compressor "
+                         f"{state['compressor']!r}, this optimizer sends {opt.compressor!r}")
+    if state["world_size"] != opt.comm.size:
+        raise ValueError(f"DiLoCo state_dict was saved on {state['world_size']} ranks, this "
+                         f"run has {opt.comm.size}: the residuals are per rank")

@@ -1,0 +1,274 @@
+"""1-bit Adam: Adam whose gradients are averaged in 16 bits until its second moment settles,
+then whose momentum is averaged compressed (Tang et al. 2021, "1-bit Adam: Communication
+Efficient Large-Scale Training with Adam's Convergence Speed").
+
+Until ``freeze_step`` the optimizer averages every gradient itself (fp16, one collective over
+all parameters, divided before the sum as PyTorch's fp16 hook does) and takes Adam's step,
+exactly ``torch.optim.Adam``'s with ``weight_decay`` as L2. From ``freeze_step`` on the second
+moment v is frozen, so the step is linear in the momentum: each rank folds its own gradient
+into the momentum it holds, and the ranks average those momenta through compcoll's compressed
+allreduce (``sign`` with a scale per bucket by default; worker and server error feedback: the
+reduce-scatter + allgather scheme keeps a residual at both stages). Coordinates whose v is zero
+at the freeze (no gradient ever reached them: embedding rows no sample used) are masked: their
+momentum is zero and they do not move, where sign compression would send them noise. 1-D
+parameters (biases, norm scales) keep full precision momenta, in one collective of their own.
+
+``freeze_step="auto"`` freezes once the norm of the bias-corrected v changed by less than
+``FREEZE_TOLERANCE`` of itself over the last ``FREEZE_WINDOW`` steps (and not before
+``FREEZE_MIN`` steps). v is the same on every rank (it is built from averaged gradients),
+so every rank freezes at the same step.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+import compressors
+
+from .. import api
+from ..config import check_timeout
+from ..policy.base import canonical
+from ..transport import as_communicator
+from ..validation import agree_settings, refusing
+
+VERSION = 1
+FREEZE_MIN = 20
+FREEZE_WINDOW = 10
+FREEZE_TOLERANCE = 0.2
+
+
+class OneBitAdam(torch.optim.Optimizer):
+    """Adam that averages the ranks' gradients itself: use it on a plain model (no DDP).
+
+    Construction is collective (every rank, the same arguments): the ranks compare settings
+    (``MismatchError`` on every rank where they differ) and load rank 0's weights. Every rank
+    must call :meth:`step` at every step, with a gradient on the same parameters (a parameter
+    without one counts as a zero gradient).
+
+    Example::
+
+        >>> opt = collectives.optim.OneBitAdam(model.parameters(), lr=1e-3, freeze_step=100)
+        >>> loss.backward(); opt.step(); opt.zero_grad()
+    """
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, *, freeze_step: int | str = "auto",
+                 compressor: Any = "sign", warmup_compressor: str = "fp16", comm: Any = None,
+                 timeout: float | None = None) -> None:
+        self.comm = as_communicator(comm)
+        self.timeout = check_timeout(timeout)
+        with refusing(self.comm, "OneBitAdam settings", True, self.timeout):
+            _check(lr, betas, eps, weight_decay, freeze_step, warmup_compressor)
+            spec = canonical(compressor)
+            if compressors.get(spec).capabilities.allreduce_steps:
+                raise ValueError(f"compressor {spec!r} needs a matrix per parameter; "
+                                 "OneBitAdam sends one flat momentum: use sign, a quantizer "
+                                 "or top-k")
+            super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps,
+                                      "weight_decay": weight_decay})
+        self.freeze_step = freeze_step
+        self.compressor, self.warmup_compressor = spec, warmup_compressor
+        self.feedback = compressors.ErrorFeedback(compressors.get(spec))
+        agree_settings(self.comm, "OneBitAdam settings", {
+            "lr": repr(lr), "betas": repr(tuple(betas)), "eps": repr(eps),
+            "weight_decay": repr(weight_decay), "freeze_step": str(freeze_step),
+            "compressor": spec, "warmup_compressor": warmup_compressor,
+            "parameters": ", ".join(f"{tuple(p.shape)}" for p in self._params())},
+            self.timeout)
+        with torch.no_grad():
+            for p in self._params():  # rank 0's weights, as DDP starts
+                api.broadcast(p.data, root=0, comm=self.comm, timeout=self.timeout)
+        self.t = 0  # steps taken
+        self.frozen_at: int | None = None  # the step v froze at
+        self.vnorms: list[float] = []  # the bias-corrected v's norm after each warm-up step
+        self._masks: torch.Tensor | None = None  # where the frozen v is above zero
+
+    def _params(self) -> list[torch.Tensor]:
+        return [p for g in self.param_groups for p in g["params"]]
+
+    # -- the step ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.t += 1
+        if self.frozen_at is None:
+            self._warmup_step()
+            if self._settled():
+                self._freeze()
+        else:
+            self._compressed_step()
+        return loss
+
+    def _grads(self, decay: bool = True) -> list[tuple[dict, torch.Tensor, torch.Tensor]]:
+        """(group, parameter, its gradient, with L2 weight decay if ``decay``) for every
+        parameter, in the groups' order (the same on every rank)."""
+        out = []
+        for g in self.param_groups:
+            for p in g["params"]:
+                grad = torch.zeros_like(p) if p.grad is None else p.grad.detach()
+                if decay and g["weight_decay"]:
+                    grad = grad.add(p.detach(), alpha=g["weight_decay"])
+                out.append((g, p, grad))
+        return out
+
+    def _warmup_step(self) -> None:
+        """Adam on the averaged gradient (``warmup_compressor``: fp16 or none), weight decay
+        added after the average, as torch.optim.Adam on DDP's averaged gradient."""
+        grads = self._grads(decay=False)
+        avg = self._average([gr for _, _, gr in grads])
+        for (g, p, _), a in zip(grads, avg, strict=True):
+            if g["weight_decay"]:
+                a = a.add(p.detach(), alpha=g["weight_decay"])
+            b1, b2 = g["betas"]
+            st = self._state(p)
+            st["exp_avg"].lerp_(a, 1 - b1)
+            st["exp_avg_sq"].mul_(b2).addcmul_(a, a, value=1 - b2)
+            self._apply(g, p, st, st["exp_avg_sq"], 1 - b2 ** self.t)
+        self.vnorms.append(math.sqrt(sum(
+            float(self.state[p]["exp_avg_sq"].double().square().sum())
+            for p in self._params())) / (1 - self.param_groups[0]["betas"][1] ** self.t))
+
+    def _average(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The ranks' average of ``grads``, one collective over all of them."""
+        flat = torch.cat([x.reshape(-1).float() for x in grads])
+        p = self.comm.size
+        if self.warmup_compressor == "fp16":
+            wire = flat.mul_(1.0 / p).half()  # divided first: the sum cannot overflow
+            api.allreduce(wire, op="sum", comm=self.comm, out=wire, timeout=self.timeout)
+            flat = wire.float()
+        else:
+            api.allreduce(flat, op="avg", comm=self.comm, out=flat, timeout=self.timeout)
+        out, at = [], 0
+        for x in grads:
+            out.append(flat[at:at + x.numel()].view_as(x).to(x.dtype))
+            at += x.numel()
+        return out
+
+    def _compressed_step(self) -> None:
+        """Fold this rank's gradient into the momentum, average the momenta (compressed for
+        matrices, masked where v froze at zero), and step with the frozen v."""
+        grads = self._grads()
+        moms = []
+        for g, p, grad in grads:
+            st = self._state(p)
+            moms.append(st["exp_avg"].lerp(grad, 1 - g["betas"][0]))
+        big = [i for i, (_, p, _) in enumerate(grads) if p.dim() >= 2]
+        small = [i for i in range(len(grads)) if i not in set(big)]
+        for idx, compressed in ((big, True), (small, False)):
+            if not idx:
+                continue
+            flat = torch.cat([moms[i].reshape(-1).float() for i in idx])
+            kwargs: dict[str, Any] = {}
+            if compressed:
+                flat.mul_(self._mask(idx, flat))
+                kwargs = {"compressor": self.feedback.compressor, "feedback": self.feedback,
+                          "name": "onebit", "step": self.t}
+            api.allreduce(flat, op="avg", comm=self.comm, out=flat, timeout=self.timeout,
+                          **kwargs)
+            if compressed:
+                flat.mul_(self._mask(idx, flat))
+            at = 0
+            for i in idx:
+                n = moms[i].numel()
+                moms[i] = flat[at:at + n].view_as(moms[i]).to(moms[i].dtype)
+                at += n
+        frozen = self.frozen_at
+        assert frozen is not None
+        for (g, p, _), m in zip(grads, moms, strict=True):
+            st = self._state(p)
+            st["exp_avg"].copy_(m)
+            self._apply(g, p, st, st["exp_avg_sq"], 1 - g["betas"][1] ** frozen)
+
+    def _apply(self, g: dict, p: torch.Tensor, st: dict, v: torch.Tensor, corr2: float) -> None:
+        """Adam's update from the momentum and ``v`` (torch.optim.Adam's arithmetic)."""
+        step_size = g["lr"] / (1 - g["betas"][0] ** self.t)
+        denom = (v.sqrt() / math.sqrt(corr2)).add_(g["eps"])
+        p.addcdiv_(st["exp_avg"], denom, value=-step_size)
+
+    def _mask(self, idx: list[int], flat: torch.Tensor) -> torch.Tensor:
+        """1 where the frozen v is above zero, over the parameters ``idx`` (their flat
+        layout): kept from the freeze on."""
+        if self._masks is None or self._masks.numel() != flat.numel():
+            params = self._params()
+            self._masks = torch.cat([(self.state[params[i]]["exp_avg_sq"] > 0).reshape(-1)
+                                     for i in idx]).to(flat.device, flat.dtype)
+        return self._masks
+
+    def _state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
+        st = self.state[p]
+        if not st:
+            st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return st
+
+    # -- freezing ---------------------------------------------------------------------------
+    def _settled(self) -> bool:
+        if self.freeze_step != "auto":
+            return self.t >= int(self.freeze_step)
+        if self.t < max(FREEZE_MIN, FREEZE_WINDOW + 1):
+            return False
+        now, then = self.vnorms[-1], self.vnorms[-1 - FREEZE_WINDOW]
+        return now > 0 and abs(now - then) <= FREEZE_TOLERANCE * now
+
+    def _freeze(self) -> None:
+        self.frozen_at = self.t
+        self._masks = None
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """torch's optimizer state (momenta, v) and this rank's own: the step, the freeze,
+        the error feedback's residuals."""
+        out = super().state_dict()
+        out["onebit"] = {"version": VERSION, "t": self.t, "frozen_at": self.frozen_at,
+                         "vnorms": list(self.vnorms), "compressor": self.compressor,
+                         "world_size": self.comm.size, "feedback": self.feedback.state_dict()}
+        return out
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state = dict(state_dict)
+        mine = state.pop("onebit", None)
+        if not isinstance(mine, dict) or mine.get("version") != VERSION:
+            raise ValueError(f"not a OneBitAdam state_dict of version {VERSION} (no 'onebit' "
+                             "entry: a torch.optim.Adam state starts the warm-up from step 0)")
+        if mine.get("compressor") != self.compressor:
+            raise ValueError(f"OneBitAdam state_dict was saved with compressor "
+                             f"{mine.get('compressor')!r}, this optimizer sends "
+                             f"{self.compressor!r}")
+        if mine.get("world_size") != self.comm.size:
+            raise ValueError(f"OneBitAdam state_dict was saved on {mine.get('world_size')} "
+                             f"ranks, this run has {self.comm.size}: the residuals are per rank")
+        super().load_state_dict(state)
+        self.feedback.load_state_dict(mine["feedback"])
+        self.t, self.frozen_at = int(mine["t"]), mine["frozen_at"]
+        self.vnorms = [float(x) for x in mine["vnorms"]]
+        self._masks = None
+
+
+def _check(lr: Any, betas: Any, eps: Any, weight_decay: Any, freeze_step: Any,
+           warmup: Any) -> None:
+    """ValueError naming the first bad argument and what is accepted."""
+    def real(x: Any) -> bool:
+        return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
+    if not (real(lr) and lr > 0):
+        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+    if not (isinstance(betas, tuple | list) and len(betas) == 2
+            and all(real(b) and 0 <= b < 1 for b in betas)):
+        raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
+    if not (real(eps) and eps >= 0):
+        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
+    if not (real(weight_decay) and weight_decay >= 0):
+        raise ValueError(f"weight_decay must be a finite number >= 0, got {weight_decay!r}")
+    if freeze_step != "auto" and (isinstance(freeze_step, bool) or not isinstance(
+            freeze_step, numbers.Integral) or freeze_step < 1):
+        raise ValueError(f"freeze_step must be 'auto' or an integer >= 1, got {freeze_step!r}")
+    if warmup not in ("fp16", "none"):
+        raise ValueError(f"warmup_compressor must be 'fp16' or 'none', got {warmup!r}")

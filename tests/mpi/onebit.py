@@ -1,0 +1,165 @@
+"""collectives.optim.OneBitAdam under mpiexec: every rank checks, rank 0 reports.
+
+- freeze_step past the end: torch.optim.Adam on the averaged gradient (exact with
+  warmup_compressor="none", within fp16's rounding with the default);
+- after the freeze: bit-identical weights on every rank, v unchanged, the loss still falling,
+  rows of an embedding no sample used never move;
+- a checkpoint at step k resumed in a fresh optimizer gives the uninterrupted run's weights;
+- settings that differ raise MismatchError on every rank; bad arguments name themselves.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+import collectives
+from collectives.optim import OneBitAdam
+
+from common import WORLD, Checker
+
+RANK, P = WORLD.rank, WORLD.size
+VOCAB, USED = 64, 40  # embedding rows; samples use only the first USED
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(VOCAB, 16)
+        self.fc = torch.nn.Linear(16, 16)
+        self.out = torch.nn.Linear(16, 1)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.tanh(self.fc(self.emb(ids).mean(dim=1))))
+
+
+def net(seed: int = 0) -> Net:
+    torch.manual_seed(seed + RANK)  # different on every rank: rank 0's are broadcast
+    return Net()
+
+
+def batch(step: int, rank: int = RANK) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    ids = torch.randint(0, USED, (32, 4), generator=g)
+    return ids, (ids.float().mean(dim=1, keepdim=True) / USED).sin()
+
+
+def loss_of(m: Net, step: int) -> torch.Tensor:
+    ids, y = batch(step)
+    return torch.nn.functional.mse_loss(m(ids), y)
+
+
+def train(m: Net, opt: torch.optim.Optimizer, steps: range) -> list[float]:
+    out = []
+    for step in steps:
+        loss = loss_of(m, step)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        out.append(float(loss))
+    return out
+
+
+def flat(m: torch.nn.Module) -> np.ndarray:
+    return torch.cat([p.detach().reshape(-1) for p in m.parameters()]).numpy().copy()
+
+
+def adam_before_the_freeze(chk: Checker) -> None:
+    for warm, tol in (("none", 1e-6), ("fp16", 1e-3)):
+        m = net()
+        opt = OneBitAdam(m.parameters(), lr=1e-2, weight_decay=0.01, freeze_step=10_000,
+                         warmup_compressor=warm)
+        ref = copy.deepcopy(m)
+        ref_opt = torch.optim.Adam(ref.parameters(), lr=1e-2, weight_decay=0.01)
+        train(m, opt, range(10))
+        for step in range(10):
+            loss_of(ref, step).backward()
+            for p in ref.parameters():
+                p.grad = torch.from_numpy(collectives.allreduce(p.grad.numpy(), op="avg"))
+            ref_opt.step()
+            ref_opt.zero_grad()
+        err = float(np.abs(flat(m) - flat(ref)).max())
+        chk.check(err < tol, f"warm-up {warm}: Adam on the averaged gradient ({err:.2e})")
+        chk.check(opt.frozen_at is None, "not frozen before freeze_step")
+
+
+def after_the_freeze(chk: Checker) -> None:
+    m = net(1)
+    opt = OneBitAdam(m.parameters(), lr=1e-2, freeze_step=8)
+    start = flat(m)
+    losses = train(m, opt, range(8))
+    v = {n: opt.state[p]["exp_avg_sq"].clone() for n, p in m.named_parameters()}
+    rows = m.emb.weight.detach()[USED:].clone()
+    chk.check(opt.frozen_at == 8, f"frozen at step 8 ({opt.frozen_at})")
+    losses += train(m, opt, range(8, 40))
+    chk.identical(flat(m), "compressed momenta: weights")
+    chk.check(all(torch.equal(opt.state[p]["exp_avg_sq"], v[n])
+                  for n, p in m.named_parameters()), "v is frozen")
+    chk.check(torch.equal(m.emb.weight.detach()[USED:], rows), "unused rows never move")
+    chk.check(not np.array_equal(flat(m), start), "the weights moved")
+    early, late = np.mean(losses[:5]), np.mean(losses[-5:])
+    chk.check(late < early, f"the loss falls after the freeze ({early:.4f} -> {late:.4f})")
+    chk.check("onebit" in opt.feedback.residuals, "error feedback holds the momentum's residual")
+
+
+def resume(chk: Checker) -> None:
+    def fresh() -> tuple[Net, OneBitAdam]:
+        m = net(2)
+        return m, OneBitAdam(m.parameters(), lr=1e-2, freeze_step=5)
+    m, opt = fresh()
+    train(m, opt, range(14))
+    want = flat(m)
+    m, opt = fresh()
+    train(m, opt, range(9))  # past the freeze: residuals and the frozen v in the state
+    saved = copy.deepcopy((m.state_dict(), opt.state_dict()))
+    m, opt = fresh()
+    m.load_state_dict(saved[0])
+    opt.load_state_dict(saved[1])
+    train(m, opt, range(9, 14))
+    chk.check(np.array_equal(flat(m), want), "resumed at step 9: the same weights bit for bit")
+    plain = torch.optim.Adam(m.parameters()).state_dict()
+    try:
+        opt.load_state_dict(plain)
+        chk.check(False, "an Adam state is refused")
+    except ValueError as exc:
+        chk.check("not a OneBitAdam state_dict" in str(exc), f"{exc}")
+
+
+def mismatch(chk: Checker) -> None:
+    m = net()
+    try:
+        OneBitAdam(m.parameters(), lr=1e-2 * (1 + (RANK == P - 1)))
+        chk.check(P == 1, "different lr raises")
+    except collectives.MismatchError as exc:
+        chk.check("lr" in str(exc), f"MismatchError names lr: {exc}")
+    for kwargs, words in (({"lr": 0.0}, "lr must be"), ({"betas": (0.9, 1.0)}, "betas must"),
+                          ({"freeze_step": 0}, "freeze_step must"),
+                          ({"compressor": "bogus"}, "bogus"),
+                          ({"warmup_compressor": "int8"}, "warmup_compressor must")):
+        try:
+            OneBitAdam(m.parameters(), **kwargs)
+            chk.check(False, f"{kwargs} is refused")
+        except ValueError as exc:
+            chk.check(words in str(exc), f"{kwargs}: {exc}")
+
+
+def auto_freeze(chk: Checker) -> None:
+    m = net(3)
+    opt = OneBitAdam(m.parameters(), lr=1e-2)
+    train(m, opt, range(80))
+    chk.identical(np.array([opt.frozen_at or 0]), "auto: every rank froze at the same step")
+    chk.check(opt.frozen_at is not None, f"auto froze within 80 steps ({opt.vnorms[-3:]})")
+    chk.identical(flat(m), "auto: weights")
+
+
+def main() -> None:
+    chk = Checker("onebit")
+    for fn in (adam_before_the_freeze, after_the_freeze, resume, mismatch, auto_freeze):
+        chk.run(fn.__name__, fn, chk)
+    chk.finish()
+
+
+if __name__ == "__main__":
+    main()
