@@ -262,3 +262,22 @@ def test_bench_tta_smoke(tmp_path) -> None:
     assert rep["model"] == "mlp-wide" and 1 <= rep["same"] <= 2 and rep["distinct"] <= 2
     assert all(set(r) >= {"net.1.weight", "net.3.weight"} for r in rep["runs"])
     assert "cold runs of 30 steps" in table
+
+
+def test_bench_tta_runs_the_optimizers_beside_ddp(tmp_path) -> None:
+    """diloco and onebit (ours) and postlocal (PyTorch's post-local SGD) replace the
+    optimizer, on the plain model or DDP with its post-local hook: each trains, reports its
+    bytes, and the ranks' weights agree where they must (1-bit Adam: every step)."""
+    out = tmp_path / "tta.json"
+    res = compcoll("bench", "tta", "-np", "2", "--steps", "30", "--eval-every", "10",
+                   "--model", "cnn", "--runs", "ddp,postlocal,diloco,onebit", "--timeout", "120",
+                   "--json", str(out), timeout=400)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
+    rows = {r["run"]: r for r in json.loads(out.read_text())["rows"]}
+    assert list(rows) == ["ddp", "postlocal", "diloco", "onebit"]
+    for name in ("postlocal", "diloco", "onebit"):
+        r = rows[name]
+        assert r["steps"] == 30 and 0.0 <= r["final"] <= 1.0, r
+        assert 0 < r["bytes_per_step"] < rows["ddp"]["bytes_per_step"], name
+    assert rows["onebit"]["ranks_agree"] is True
+    assert rows["diloco"]["ranks_agree"] is None and rows["postlocal"]["ranks_agree"] is None
