@@ -8,7 +8,11 @@ exactly ``torch.optim.Adam``'s with ``weight_decay`` as L2. From ``freeze_step``
 moment v is frozen, so the step is linear in the momentum: each rank folds its own gradient
 into the momentum it holds, and the ranks average those momenta through compcoll's compressed
 allreduce (``sign`` with a scale per bucket by default; worker and server error feedback: the
-reduce-scatter + allgather scheme keeps a residual at both stages). Coordinates whose v is zero
+reduce-scatter + allgather scheme keeps a residual at both stages). The momenta travel in
+Adam's units, m / (sqrt(v_hat) + eps) (v is frozen and the same on every rank, so this is
+exact), clipped to the largest |m| / sqrt(v) Adam's moments can reach (:func:`adam_bound`):
+a bucket's one scale then cannot hand a coordinate of tiny v its neighbours' momentum divided
+by that tiny v. Coordinates whose v is zero
 at the freeze (no gradient ever reached them: embedding rows no sample used) are masked: their
 momentum is zero and they do not move, where sign compression would send them noise. 1-D
 parameters (biases, norm scales) keep full precision momenta, in one collective of their own.
@@ -87,7 +91,8 @@ class OneBitAdam(torch.optim.Optimizer):
         self.t = 0  # steps taken
         self.frozen_at: int | None = None  # the step v froze at
         self.vnorms: list[float] = []  # the bias-corrected v's norm after each warm-up step
-        self._masks: torch.Tensor | None = None  # where the frozen v is above zero
+        # from the freeze on: Adam's denominator and where v is above zero (flat)
+        self._masks: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _params(self) -> list[torch.Tensor]:
         return [p for g in self.param_groups for p in g["params"]]
@@ -169,13 +174,14 @@ class OneBitAdam(torch.optim.Optimizer):
             flat = torch.cat([moms[i].reshape(-1).float() for i in idx])
             kwargs: dict[str, Any] = {}
             if compressed:
-                flat.mul_(self._mask(idx, flat))
+                denom, mask, bound = self._frozen(idx, flat)
+                flat.div_(denom).clamp_(-bound, bound).masked_fill_(~mask, 0.0)
                 kwargs = {"compressor": self.feedback.compressor, "feedback": self.feedback,
                           "name": "onebit", "step": self.t}
             api.allreduce(flat, op="avg", comm=self.comm, out=flat, timeout=self.timeout,
                           **kwargs)
             if compressed:
-                flat.mul_(self._mask(idx, flat))
+                flat.masked_fill_(~mask, 0.0).mul_(denom)
             at = 0
             for i in idx:
                 n = moms[i].numel()
@@ -194,14 +200,27 @@ class OneBitAdam(torch.optim.Optimizer):
         denom = (v.sqrt() / math.sqrt(corr2)).add_(g["eps"])
         p.addcdiv_(st["exp_avg"], denom, value=-step_size)
 
-    def _mask(self, idx: list[int], flat: torch.Tensor) -> torch.Tensor:
-        """1 where the frozen v is above zero, over the parameters ``idx`` (their flat
-        layout): kept from the freeze on."""
-        if self._masks is None or self._masks.numel() != flat.numel():
+    def _frozen(self, idx: list[int], flat: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """Over the parameters ``idx`` (their flat layout), from the frozen v: Adam's
+        denominator sqrt(v_hat) + eps, the mask (True where v is above zero) and the largest
+        |m| / sqrt(v) Adam itself can reach with these betas; kept from the freeze on."""
+        if self._masks is None or self._masks[0].numel() != flat.numel():
             params = self._params()
-            self._masks = torch.cat([(self.state[params[i]]["exp_avg_sq"] > 0).reshape(-1)
-                                     for i in idx]).to(flat.device, flat.dtype)
-        return self._masks
+            frozen = self.frozen_at
+            assert frozen is not None
+            v, denom = [], []
+            for i in idx:
+                g = next(g for g in self.param_groups if any(q is params[i] for q in g["params"]))
+                sq = self.state[params[i]]["exp_avg_sq"]
+                corr2 = 1 - g["betas"][1] ** frozen
+                v.append(sq.reshape(-1))
+                denom.append((sq.sqrt() / math.sqrt(corr2)).add_(g["eps"]).reshape(-1))
+            mask = (torch.cat(v) > 0).to(flat.device)
+            dv = torch.cat(denom).to(flat.device, flat.dtype).clamp_(min=1e-30)
+            self._masks = (dv, mask)
+        bound = max(adam_bound(*g["betas"]) for g in self.param_groups)
+        return self._masks[0], self._masks[1], bound
 
     def _state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
         st = self.state[p]
@@ -251,6 +270,14 @@ class OneBitAdam(torch.optim.Optimizer):
         self.t, self.frozen_at = int(mine["t"]), mine["frozen_at"]
         self.vnorms = [float(x) for x in mine["vnorms"]]
         self._masks = None
+
+
+def adam_bound(beta1: float, beta2: float) -> float:
+    """The largest |m| / sqrt(v) Adam's moments can reach: by Cauchy-Schwarz,
+    (1 - b1) / sqrt((1 - b2) (1 - b1^2 / b2)); unbounded (inf) when b1^2 >= b2."""
+    if beta1 * beta1 >= beta2:
+        return math.inf
+    return (1 - beta1) / math.sqrt((1 - beta2) * (1 - beta1 * beta1 / beta2))
 
 
 def _check(lr: Any, betas: Any, eps: Any, weight_decay: Any, freeze_step: Any,

@@ -17,6 +17,7 @@ import torch
 
 import collectives
 from collectives.optim import OneBitAdam
+from collectives.optim.onebit import adam_bound
 
 from common import WORLD, Checker
 
@@ -154,9 +155,35 @@ def auto_freeze(chk: Checker) -> None:
     chk.identical(flat(m), "auto: weights")
 
 
+def rare_feature(chk: Checker) -> None:
+    """A feature near zero through the warm-up (tiny frozen v) and large after it: Adam's
+    step on it stays within a few times Adam's own bound instead of |m| / sqrt(tiny v)."""
+    torch.manual_seed(4 + RANK)
+    m = torch.nn.Linear(8, 1)
+    lr, freeze = 1e-2, 8
+    opt = OneBitAdam(m.parameters(), lr=lr, freeze_step=freeze)
+    worst = 0.0
+    for step in range(40):
+        g = torch.Generator().manual_seed(1000 * step + RANK)
+        x = torch.randn(32, 8, generator=g)
+        x[:, 7] *= 1e-6 if step < freeze else 1.0
+        before = flat(m)
+        torch.nn.functional.mse_loss(m(x), x.sum(dim=1, keepdim=True)).backward()
+        opt.step()
+        opt.zero_grad()
+        if step >= freeze:
+            worst = max(worst, float(np.abs(flat(m) - before).max()) / lr)
+    bound = adam_bound(0.9, 0.999)
+    chk.check(opt.frozen_at == freeze, f"frozen at step {freeze}")
+    chk.check(np.isfinite(flat(m)).all() and worst <= 4 * bound,
+              f"largest step after the freeze {worst:.2f} lr <= 4 x Adam's bound {bound:.2f}")
+    chk.identical(flat(m), "rare feature: weights")
+
+
 def main() -> None:
     chk = Checker("onebit")
-    for fn in (adam_before_the_freeze, after_the_freeze, resume, mismatch, auto_freeze):
+    for fn in (adam_before_the_freeze, after_the_freeze, resume, mismatch, auto_freeze,
+               rare_feature):
         chk.run(fn.__name__, fn, chk)
     chk.finish()
 
