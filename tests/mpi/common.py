@@ -36,6 +36,15 @@ class Checker:
                                  f"\n{traceback.format_exc(limit=3)}")
             return None
 
+    def raises(self, fn, words: str, what: str, exc: type[BaseException] = ValueError) -> None:
+        """``fn()`` raises ``exc`` with ``words`` in its message."""
+        try:
+            fn()
+        except exc as e:
+            self.check(words in str(e), f"{what}: {type(e).__name__}: {e}")
+            return
+        self.check(False, f"{what}: nothing raised")
+
     def identical(self, arr: np.ndarray, what: str) -> None:
         """All ranks hold the same bytes."""
         crc = zlib.crc32(np.ascontiguousarray(arr).view(np.uint8).tobytes())
