@@ -15,7 +15,8 @@ FLOORS: dict[str, int] = {
     "config": 0, "errors": 0, "files": 0, "abort": 0, "version": 0, "costparams": 0,
     "agreement": 0,
     # transport, buffers and what is written directly on them
-    "transport": 1, "buffers": 1, "device": 1, "ops": 1, "topology": 1, "validation": 1,
+    "transport": 1, "buffers": 1, "resultpool": 1, "device": 1, "ops": 1, "topology": 1,
+    "validation": 1,
     # the algorithms, their registry and the machinery they run on
     "algorithms": 2, "progress": 2, "interleave": 2, "exchange": 2,
     # the cost model (fit, prediction by the registered formulas) and auto's crossover table
@@ -28,6 +29,8 @@ FLOORS: dict[str, int] = {
     "policy": 6,
     # integration
     "ddp": 7, "fsdp": 7, "backend": 7, "torchwork": 7, "_autoload": 7, "lightning": 7,
+    # optimizers that average what they send themselves (over the API and the policy specs)
+    "optim": 7,
 }
 
 
