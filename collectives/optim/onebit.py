@@ -91,8 +91,8 @@ class OneBitAdam(torch.optim.Optimizer):
         self.t = 0  # steps taken
         self.frozen_at: int | None = None  # the step v froze at
         self.vnorms: list[float] = []  # the bias-corrected v's norm after each warm-up step
-        # from the freeze on: Adam's denominator and where v is above zero (flat)
-        self._masks: tuple[torch.Tensor, torch.Tensor] | None = None
+        # from the freeze on, flat over the matrices: Adam's denominator, where v is above zero
+        self._flat_frozen: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _params(self) -> list[torch.Tensor]:
         return [p for g in self.param_groups for p in g["params"]]
@@ -174,7 +174,7 @@ class OneBitAdam(torch.optim.Optimizer):
             flat = torch.cat([moms[i].reshape(-1).float() for i in idx])
             kwargs: dict[str, Any] = {}
             if compressed:
-                denom, mask, bound = self._frozen(idx, flat)
+                denom, mask, bound = self._frozen([grads[i][:2] for i in idx], flat)
                 flat.div_(denom).clamp_(-bound, bound).masked_fill_(~mask, 0.0)
                 kwargs = {"compressor": self.feedback.compressor, "feedback": self.feedback,
                           "name": "onebit", "step": self.t}
@@ -197,30 +197,23 @@ class OneBitAdam(torch.optim.Optimizer):
     def _apply(self, g: dict, p: torch.Tensor, st: dict, v: torch.Tensor, corr2: float) -> None:
         """Adam's update from the momentum and ``v`` (torch.optim.Adam's arithmetic)."""
         step_size = g["lr"] / (1 - g["betas"][0] ** self.t)
-        denom = (v.sqrt() / math.sqrt(corr2)).add_(g["eps"])
-        p.addcdiv_(st["exp_avg"], denom, value=-step_size)
+        p.addcdiv_(st["exp_avg"], _denominator(v, corr2, g["eps"]), value=-step_size)
 
-    def _frozen(self, idx: list[int], flat: torch.Tensor
+    def _frozen(self, params: list[tuple[dict, torch.Tensor]], flat: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor, float]:
-        """Over the parameters ``idx`` (their flat layout), from the frozen v: Adam's
-        denominator sqrt(v_hat) + eps, the mask (True where v is above zero) and the largest
-        |m| / sqrt(v) Adam itself can reach with these betas; kept from the freeze on."""
-        if self._masks is None or self._masks[0].numel() != flat.numel():
-            params = self._params()
+        """Over ``params`` ((group, parameter) pairs, in ``flat``'s layout), from the frozen v:
+        Adam's denominator sqrt(v_hat) + eps, the mask (True where v is above zero), both kept
+        from the freeze on, and the largest |m| / sqrt(v) Adam itself can reach."""
+        if self._flat_frozen is None or self._flat_frozen[0].numel() != flat.numel():
             frozen = self.frozen_at
             assert frozen is not None
-            v, denom = [], []
-            for i in idx:
-                g = next(g for g in self.param_groups if any(q is params[i] for q in g["params"]))
-                sq = self.state[params[i]]["exp_avg_sq"]
-                corr2 = 1 - g["betas"][1] ** frozen
-                v.append(sq.reshape(-1))
-                denom.append((sq.sqrt() / math.sqrt(corr2)).add_(g["eps"]).reshape(-1))
-            mask = (torch.cat(v) > 0).to(flat.device)
-            dv = torch.cat(denom).to(flat.device, flat.dtype).clamp_(min=1e-30)
-            self._masks = (dv, mask)
-        bound = max(adam_bound(*g["betas"]) for g in self.param_groups)
-        return self._masks[0], self._masks[1], bound
+            vs = [(g, self.state[p]["exp_avg_sq"]) for g, p in params]
+            mask = torch.cat([v.reshape(-1) > 0 for _, v in vs]).to(flat.device)
+            denom = torch.cat([_denominator(v, 1 - g["betas"][1] ** frozen, g["eps"]).reshape(-1)
+                               for g, v in vs]).to(flat.device, flat.dtype).clamp_(min=1e-30)
+            self._flat_frozen = (denom, mask)
+        bound = max(adam_bound(*g["betas"]) for g, _ in params)
+        return self._flat_frozen[0], self._flat_frozen[1], bound
 
     def _state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
         st = self.state[p]
@@ -240,7 +233,7 @@ class OneBitAdam(torch.optim.Optimizer):
 
     def _freeze(self) -> None:
         self.frozen_at = self.t
-        self._masks = None
+        self._flat_frozen = None
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -269,7 +262,12 @@ class OneBitAdam(torch.optim.Optimizer):
         self.feedback.load_state_dict(mine["feedback"])
         self.t, self.frozen_at = int(mine["t"]), mine["frozen_at"]
         self.vnorms = [float(x) for x in mine["vnorms"]]
-        self._masks = None
+        self._flat_frozen = None
+
+
+def _denominator(v: torch.Tensor, corr2: float, eps: float) -> torch.Tensor:
+    """Adam's denominator, sqrt(v / corr2) + eps, in torch.optim.Adam's arithmetic."""
+    return (v.sqrt() / math.sqrt(corr2)).add_(eps)
 
 
 def adam_bound(beta1: float, beta2: float) -> float:
