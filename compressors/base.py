@@ -33,7 +33,10 @@ class Capabilities:
     """What a compressor's payloads allow; collectives choose the algorithm from this.
 
     ``allreduce_steps`` names the summable allreduce rounds of a multi-step method such as
-    PowerSGD (empty for single-payload methods).
+    PowerSGD (empty for single-payload methods). ``exact_zero``: a zero input element decodes
+    to exactly zero and, under error feedback, leaves a zero residual (sparsifiers, and the
+    quantizers whose grid holds zero): a run of zeros sent with the rest changes nothing but
+    the bytes it takes.
 
     Example::
 
@@ -47,6 +50,7 @@ class Capabilities:
     same_size_on_all_ranks: bool
     needs_shared_seed: bool
     allreduce_steps: tuple[str, ...] = ()
+    exact_zero: bool = False
 
 
 def derive_seed(seed: int, name: str, step: int, rank: int = 0) -> int:

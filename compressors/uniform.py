@@ -22,12 +22,12 @@ input. Constant buckets (all-zero included) have step 0 and decode exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from . import kernels
-from .base import register
+from .base import Capabilities, register
 from .bucketed import U8, Bucketed, Buffers
 
 __all__ = ["Uniform"]
@@ -64,6 +64,11 @@ class Uniform(Bucketed):
         super().__post_init__()
         if not isinstance(self.stochastic, bool):
             raise ValueError(f"Uniform: stochastic must be a bool, got {self.stochastic!r}")
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """As every bucketed quantizer's; zero is exact at 4 and 8 bits (the shifted grid)."""
+        return replace(super().capabilities, exact_zero=self.bits >= 4)
 
     def _codes_layout(self, n: int) -> tuple[np.dtype, int]:
         return U8, -(-n * self.bits // 8)

@@ -7,7 +7,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from collectives.ddp.groups import MAX_HOLE_SHARE, Group, with_span  # noqa: E402
+import compressors  # noqa: E402
+from collectives.ddp.groups import (  # noqa: E402
+    MAX_HOLE_SHARE,
+    MAX_SLOT_SHARE,
+    Group,
+    with_span,
+    with_zero_slots,
+)
 
 
 def sparse(spec: str) -> bool:
@@ -77,3 +84,78 @@ def test_padding_between_gradients_is_zeroed_too() -> None:
     buf = torch.ones(90)
     span.view(buf)
     assert not buf[40:50].any() and buf[:40].all() and buf[50:].all()
+
+
+def exact_zero(spec: str) -> bool:
+    return compressors.get(spec).capabilities.exact_zero
+
+
+def test_which_compressors_have_an_exact_zero() -> None:
+    assert {s: exact_zero(s) for s in ("uniform:bits=8", "uniform:bits=4", "uniform:bits=2",
+                                       "sign", "fp16", "none")} == {
+        "uniform:bits=8": True, "uniform:bits=4": True, "uniform:bits=2": False,
+        "sign": False, "fp16": False, "none": False}
+
+
+# canonical order (reverse registration): w2, b, w1; the bias b lies between the weights
+CANON = [("w2", 490), ("b", 10), ("w1", 500)]
+
+
+def eight_bit(ranges: dict[str, tuple[int, int]]) -> list[Group]:
+    return [Group("uniform:bits=8", "w2+1", [("w2", 490), ("w1", 500)],
+                  [ranges["w2"], ranges["w1"]]),
+            Group("fp16", "b", [("b", 10)], [ranges["b"]])]
+
+
+def test_an_8_bit_group_in_the_canonical_layout_is_sent_in_place_with_zero_slots() -> None:
+    span, bias = with_zero_slots(eight_bit({"w2": (0, 490), "b": (490, 500),
+                                            "w1": (500, 1000)}), CANON, exact_zero)
+    assert span.holes == [(490, 500)] and span.numel == 1000 and bias.copy
+    buf = torch.arange(1000, dtype=torch.float32)
+    views = {id(g): g.view(buf) for g in sorted((span, bias), key=lambda g: bool(g.holes))}
+    assert views[id(bias)].tolist() == list(range(490, 500))
+    assert views[id(span)].data_ptr() == buf.data_ptr() and not buf[490:500].any()
+    assert span.pieces(np.arange(1000, dtype=np.float32))["w1"][0] == 500
+
+
+def test_elsewhere_the_same_layout_is_copied_so_blocks_see_the_same_vector() -> None:
+    # DDP's first bucketing put w1 first: same members, same zero slots, in a fused copy
+    groups = with_zero_slots(eight_bit({"w1": (0, 500), "w2": (500, 990), "b": (990, 1000)}),
+                             CANON, exact_zero)
+    fused = groups[0]
+    assert fused.pads == (10, 0) and not fused.holes and fused.numel == 1000
+    buf = torch.arange(1000, dtype=torch.float32)
+    x = fused.view(buf)
+    want = torch.cat([torch.arange(500, 990), torch.zeros(10), torch.arange(0, 500)])
+    assert torch.equal(x, want.float())  # the span's vector above, laid out the same
+    x.mul_(2)
+    fused.scatter(buf, x)
+    assert torch.equal(buf[:990], torch.arange(990, dtype=torch.float32) * 2)
+    res = np.arange(1000, dtype=np.float32)
+    back = fused.assemble(fused.pieces(res), np.float32)
+    assert np.array_equal(back[:490], res[:490]) and not back[490:500].any()
+
+
+def test_no_zero_slots_past_their_share_or_for_other_compressors() -> None:
+    wide = [("w2", 450), ("b", 50), ("w1", 500)]
+    assert 50 / 1000 > MAX_SLOT_SHARE
+    groups = [Group("uniform:bits=8", "w2+1", [("w2", 450), ("w1", 500)],
+                    [(0, 450), (500, 1000)]), Group("fp16", "b", [("b", 50)], [(450, 500)])]
+    assert with_zero_slots(groups, wide, exact_zero) == groups
+    two_bit = [Group("uniform:bits=2", g.name, g.members, g.ranges) if g.spec != "fp16" else g
+               for g in eight_bit({"w2": (0, 490), "b": (490, 500), "w1": (500, 1000)})]
+    assert with_zero_slots(two_bit, CANON, exact_zero) == two_bit
+
+
+def test_a_zeroed_hole_stays_zero_through_the_quantizer_and_its_residual() -> None:
+    rng = np.random.default_rng(3)
+    for bits in (4, 8):
+        comp = compressors.get(f"uniform:bits={bits}")
+        x = rng.standard_normal(3000).astype(np.float32) + 0.5
+        x[1000:1040] = 0.0  # a hole, zeroed in the span
+        res = rng.standard_normal(3000).astype(np.float32) * 1e-3
+        res[1000:1040] = 0.0  # a hole's residual is zero from the start (assembled as zeros)
+        for step in range(3):
+            payload = comp.compress_feedback(x, res, name="span", step=step, rank=0)
+            y = comp.decompress(payload)
+            assert not y[1000:1040].any() and not res[1000:1040].any(), bits

@@ -21,10 +21,15 @@ field and changes nothing. Residuals that do not fit the bound model's parameter
 those of parameters the model does not have are left out with a warning, and so is a PowerSGD
 warm start holding NaN/Inf (that tensor starts again from the seeded Q).
 
+The order of the parameters in DDP's rebuilt buckets (``layout``, the canonical order of the
+zero-slot layouts of ``groups.with_zero_slots``) is saved too, so that the resumed run's first
+iteration, on DDP's initial buckets, lays those groups out as the uninterrupted run does
+(dicts without it are accepted: the order is then recorded again).
+
 Exactness: a resumed run repeats the uninterrupted one bit for bit when the parameters are
-fused into the same groups as before. Fused members are ordered by the model (reverse
-registration order), not by the bucket, but DDP's first iteration after a restart uses its
-initial buckets: with several buckets, a group can hold other parameters for that one
+fused into the same groups as before. Fused members are ordered by ``layout`` (DDP's rebuilt
+buckets, saved), not by the current bucket, but DDP's first iteration after a restart uses
+its initial buckets: with several buckets, a group can hold other parameters for that one
 iteration, and blockwise quantizers (uniform, qsgd) then round differently. Per-parameter
 and elementwise compressors (PowerSGD, fp16, none) and models in one bucket resume exactly.
 """
@@ -66,7 +71,7 @@ def state_dict(st: Any) -> dict[str, Any]:
     return {"version": VERSION, "step": st.step, "world_size": comm.size, "rank": comm.rank,
             "policy": st.policy.state_dict(), "residuals": per_param,
             "owner_residuals": owners, "owner_layout": _owner_layout(comm),
-            "powersgd_q": warm}
+            "powersgd_q": warm, "layout": sorted(st.layout, key=st.layout.__getitem__)}
 
 
 def gather(st: Any) -> list[dict[str, Any]]:
@@ -184,6 +189,10 @@ def load_state_dict(st: Any, state: Any) -> None:
             isinstance(v, int | np.integer) and not isinstance(v, bool) for v in layout):
         raise ValueError(f"CompressionState state_dict: owner_layout must be a list of "
                          f"integers, got {layout!r:.200}")
+    order = mine.get("layout", [])
+    if not isinstance(order, list | tuple) or not all(isinstance(v, str) for v in order):
+        raise ValueError(f"CompressionState state_dict: layout must be a list of parameter "
+                         f"names, got {order!r:.200}")
     if not isinstance(mine["policy"], Mapping):
         raise TypeError(f"CompressionState state_dict: policy must be a dict, "
                         f"got {type(mine['policy']).__name__}")
@@ -197,6 +206,7 @@ def load_state_dict(st: Any, state: Any) -> None:
     for fb in st._feedback.values():
         fb.residuals.clear()
     st._pool = pool
+    st.layout = {name: i for i, name in enumerate(order)}
     # Owner-side residuals list the owned elements segment by segment: restored only where
     # the segments are cut the same way (same settings), else they start from zero.
     if same and st.error_feedback and [int(v) for v in layout] == _owner_layout(comm):

@@ -59,6 +59,9 @@ class CompressionState:
         self.timeline: deque[dict[str, Any]] = deque(maxlen=4096)
         self._names: dict[int, str] = {}
         self._order: dict[str, int] = {}
+        #: the parameters in the order of DDP's buckets once rebuilt (recorded from step 1 on,
+        #: saved in checkpoints): the canonical order of zero-slot layouts (with_zero_slots)
+        self.layout: dict[str, int] = {}
         self._layers: dict[str, Layer] = {}
         self._comps: dict[str, compressors.Compressor] = {}
         self._feedback: dict[str, compressors.ErrorFeedback] = {}
@@ -206,20 +209,32 @@ class CompressionState:
                                           [ranges[j]], lay.shape))
             else:
                 by_spec.setdefault(spec, []).append(j)
+        if self.current >= 1:  # DDP rebuilds its buckets after its first iteration
+            for _, lay in sorted(zip(ranges, layers, strict=True), key=lambda t: t[0]):
+                self.layout.setdefault(lay.name, len(self.layout))
+        known = all(lay.name in self.layout for lay in layers)
         for spec, js in by_spec.items():
-            # Fused order: reverse registration order (DDP's order once it has rebuilt its
-            # buckets, so a view), the same whatever the bucketing: blockwise quantizers then
-            # see the same buffer before and after a resume. 16 bits are elementwise and keep
-            # no residual: bucket order, so a group of adjacent parameters is a view of the
-            # bucket (no copy in, none back).
-            if spec not in HALF and all(layers[j].name in self._order for j in js):
+            # Fused order: the order of DDP's rebuilt buckets (``layout``, recorded from step 1
+            # and saved in checkpoints; before, reverse registration order), so a group of
+            # adjacent parameters is a view of the bucket, and the same whatever the current
+            # bucketing: blockwise quantizers see the same buffer in DDP's first iteration
+            # after a resume. 16 bits are elementwise and keep no residual: bucket order.
+            if spec not in HALF and known:
+                js = sorted(js, key=lambda j: self.layout[layers[j].name])
+            elif spec not in HALF and all(layers[j].name in self._order for j in js):
                 js = sorted(js, key=lambda j: -self._order[layers[j].name])
             names = [layers[j].name for j in js]
             out.append(grouping.Group(spec, grouping.group_name(names),
                                       [(layers[j].name, layers[j].numel) for j in js],
                                       [ranges[j] for j in js]))
-        # A sparsifier's group with a few small holes goes in place over its span.
+        # A sparsifier's group with a few small holes goes in place over its span; a dense
+        # quantizer's with an exact zero keeps zero slots for the layers between its members.
         out = grouping.with_span(out, lambda spec: self.compressor(spec).capabilities.sparse)
+        if known:
+            canon = sorted(((lay.name, lay.numel) for lay in layers),
+                           key=lambda m: self.layout[m[0]])
+            out = grouping.with_zero_slots(
+                out, canon, lambda spec: self.compressor(spec).capabilities.exact_zero)
         for g in out:
             fb = self.feedback(g.spec)
             if fb is not None and g.name not in fb.residuals:

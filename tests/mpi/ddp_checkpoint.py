@@ -75,6 +75,10 @@ def resume(chk: Checker, key: str, cap: float) -> None:
         chk.check(state2.policy.decisions == state.policy.decisions, "auto: decisions kept")
         chk.check(state2.policy.measured == state.policy.measured is not None,
                   "auto: measured latencies kept")
+    if key == "uniform8":  # DDP's rebuilt order, which the resumed first iteration lays out by
+        names = {n for n, _ in model.module.named_parameters()}
+        chk.check(set(saved["hook"]["layout"]) == names and state2.layout == state.layout,
+                  f"layout saved and restored: {saved['hook']['layout']}")
     if key == "rules":
         q = saved["hook"]["powersgd_q"]
         chk.check(any("conv.weight" in w for w in q.values()), f"powersgd Q saved: {q.keys()}")

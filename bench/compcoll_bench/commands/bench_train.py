@@ -108,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
             lines.append(report.format_row(row))
             if mpi.rank == 0:
                 print(lines[-1], flush=True)
+    for i, ratio in report.overhead_vs_fp16(rows).items():
+        rows[i]["overhead_vs_fp16"] = ratio
     lines += report.phase_lines(rows, emulated.describe(args, mpi.size))
     for row in rows:
         if "decisions" in row:

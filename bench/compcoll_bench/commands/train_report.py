@@ -36,7 +36,25 @@ PHASES: list[Column] = [
     ("encode_ms", "encode", 7, "{:.2f}"), ("wire_ms", "wire", 7, "{:.2f}"),
     ("decode_ms", "decode", 7, "{:.2f}"), ("copy_ms", "copy", 6, "{:.2f}"),
     ("exposed_ms", "exposed", 7, "{:.2f}"), ("bound_ms", "bound", 7, "{:.2f}"),
-    ("over_bound", "/bound", 6, "{:.2f}")]
+    ("over_bound", "/bound", 6, "{:.2f}"), ("over_fp16", "/fp16", 6, "{:.2f}")]
+
+
+def overhead_vs_fp16(rows: list[dict[str, Any]]) -> dict[int, float]:
+    """Per row (by index): its step's overhead over compute-only against the fp16 hook's on the
+    same model, (step - compute) / (fp16 step - compute), with compute the median of the
+    model's runs' compute-only times (each run measures it over a few steps of its own: one
+    pooled value keeps that noise out of the ratio). Empty for a model without an fp16 run."""
+    out: dict[int, float] = {}
+    for model in {r["model"] for r in rows}:
+        mine = [(i, r) for i, r in enumerate(rows) if r["model"] == model]
+        fp16 = [r for _, r in mine if r["run"] == "fp16"]
+        if not fp16:
+            continue
+        compute = sorted(r["compute_ms"] for _, r in mine)[len(mine) // 2]
+        base = fp16[0]["step_ms"] - compute
+        if base > 0:
+            out.update({i: (r["step_ms"] - compute) / base for i, r in mine})
+    return out
 
 
 def phase_lines(rows: list[dict[str, Any]], link: dict[str, Any] | None) -> list[str]:
@@ -52,10 +70,14 @@ def phase_lines(rows: list[dict[str, Any]], link: dict[str, Any] | None) -> list
     out = ["", "# where a step's time goes (ms a step): step and compute-only medians; our "
            "hook's means: in-hook on backward's path, codecs, wire and waits, copies back, "
            "exposed after the last bucket" + ("; bound: bytes over the link plus codecs, "
-                                              "/bound: (step - compute) over it" if link else ""),
+                                              "/bound: (step - compute) over it" if link else "")
+           + "; /fp16: (step - compute) over the fp16 hook's, compute the median of the "
+             "model's runs",
            " ".join(f"{h:>{w}}" for _, h, w, _ in PHASES)]
-    for row in rows:
+    vs_fp16 = overhead_vs_fp16(rows)
+    for i, row in enumerate(rows):
         r = dict(row)
+        r["over_fp16"] = vs_fp16.get(i)
         if link and r.get("encode_ms") is not None:
             hosts = link["hosts"]
             wire_s = 2 * (hosts - 1) / hosts * r["payload_kb"] * 1e3 * 8 / link["rate_bps"]
