@@ -31,9 +31,10 @@ def _steady_clock(monkeypatch) -> None:
 
 
 def run(monkeypatch, plan_s: float, sixteen_s: float, none_s: float = 1.0, steps: int = 40,
-        candidates: tuple[str, ...] = ("none", "fp16", "uniform:bits=8")
+        candidates: tuple[str, ...] = ("none", "fp16", "uniform:bits=8"), jitter: float = 0.0
         ) -> tuple[AutoPolicy, list[str]]:
-    """Drive the policy ``steps`` steps, each lasting what the layer is sent with says."""
+    """Drive the policy ``steps`` steps, each lasting what the layer is sent with says (longer
+    and shorter by ``jitter`` of it in turn)."""
     clock = StepClock()
     monkeypatch.setattr(trial, "time", clock)
     pol = AutoPolicy(candidates=candidates, first=FIRST,
@@ -47,7 +48,8 @@ def run(monkeypatch, plan_s: float, sixteen_s: float, none_s: float = 1.0, steps
         pol.observe_norm(step, 1.0, 0)
         now = pol.decisions.get("w", "fp16")
         seen.append(now)
-        clock.now += {INT8: plan_s, "fp16": sixteen_s, "none": none_s}[now]
+        clock.now += {INT8: plan_s, "fp16": sixteen_s, "none": none_s}[now] * (
+            1.0 + jitter * (-1) ** step)
     return pol, seen
 
 
@@ -81,9 +83,25 @@ def test_where_uncompressed_is_as_fast_it_is_kept(monkeypatch) -> None:
     pol, seen = run(monkeypatch, plan_s=0.110, sixteen_s=0.105, none_s=0.100)
     assert seen[-1] == "none" and pol._trial.result["kept"] == "none", seen
     assert "measured: uncompressed as fast" in row(pol)
-    # 16 bits less than ``margin`` faster than uncompressed: still uncompressed (less error)
-    pol, seen = run(monkeypatch, plan_s=0.110, sixteen_s=0.095, none_s=0.100)
+    # 16 bits less than MIN_SHARE faster than uncompressed: still uncompressed (less error)
+    pol, seen = run(monkeypatch, plan_s=0.110, sixteen_s=0.098, none_s=0.100)
     assert seen[-1] == "none", seen
+
+
+def test_a_gain_under_the_margin_counts_only_where_the_steps_measure_it(monkeypatch) -> None:
+    # 5% faster, every step alike: a gain the steps show clearly, taken
+    pol, seen = run(monkeypatch, plan_s=0.110, sixteen_s=0.095, none_s=0.100)
+    assert seen[-1] == "fp16" and pol._trial.result["kept"] == "fp16", seen
+    # the same 5% on steps 5% apart from one another: within the noise, uncompressed stays
+    pol, seen = run(monkeypatch, plan_s=0.110, sixteen_s=0.095, none_s=0.100, jitter=0.05)
+    assert seen[-1] == "none", seen
+
+
+def test_clearly_faster_asks_twice_the_noise_between_min_share_and_the_margin() -> None:
+    assert trial.clearly_faster(0.96, 1.0, 0.0, 0.1)  # 4% > MIN_SHARE, no noise
+    assert not trial.clearly_faster(0.98, 1.0, 0.0, 0.1)  # 2% < MIN_SHARE
+    assert not trial.clearly_faster(0.94, 1.0, 0.04, 0.1)  # 6% < twice the noise
+    assert trial.clearly_faster(0.89, 1.0, 0.5, 0.1)  # the margin is the most it asks
 
 
 def test_a_16_bit_plan_is_timed_against_uncompressed_only(monkeypatch) -> None:

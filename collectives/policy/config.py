@@ -83,8 +83,9 @@ class AutoConfig:
     #: Reported steps each window needs for the check (fewer: no check).
     loss_samples: int = 10
     #: Steps a decision that sends layers below 16 bits is timed for, and as many with those
-    #: layers at 16 bits after it; the plan is kept only if its median step is ``margin``
-    #: faster (``trial``). 0 trusts the prediction.
+    #: layers at 16 bits after it; the plan is kept only if its median step is clearly
+    #: faster (``trial``: by twice the measured noise and 3% at least, ``margin`` at most).
+    #: 0 trusts the prediction.
     trial_steps: int = 6
 
     def __post_init__(self) -> None:
