@@ -31,7 +31,6 @@ import numpy as np
 from .config import AutoConfig
 from .part import Part
 
-
 #: The least share of the simpler plan's step a plan of more error must save, however tightly
 #: the steps were measured.
 MIN_SHARE = 0.03
