@@ -108,6 +108,13 @@ def test_a_compressor_that_sends_where_adams_v_is_zero_is_ruled_out() -> None:
     assert crit.unbounded[0].tolist() == [False, False, True, False, False]
     assert crit.blocked[0] == "it sends where Adam's second moment is zero"
     assert crit.rel[0][3] < 0.5  # 4 bits: bounded, and rounding error on the touched rows
+    # the table names the candidate it rules out, not the layer
+    from collectives.policy import AutoConfig, report
+    cfg = AutoConfig(candidates=cands)
+    text = report.convergence(cfg, [False] * 5, [False, False, False, True, True],
+                              crit.unbounded[0].tolist(), crit.rel[0], crit.blocked[0],
+                              [2, 3, 4])
+    assert "cannot be bounded for uniform:bits=2 (it sends where" in text, text
 
 
 def one_large_coordinate() -> tuple[Moments, np.ndarray]:

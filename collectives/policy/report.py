@@ -75,8 +75,11 @@ def convergence(cfg: Any, grew: Any, over: Any, free: list[bool], rel: Any,
     cands = cfg.candidates
     name = "Adam-scaled error" if cfg.optimizer == "adam" else "error"
     parts = []
-    if any(free[j] for j in among):
-        parts.append(f"{name} cannot be bounded ({blocked or 'unknown'})")
+    free_ones = [short(cands[j]) for j in among if free[j]]
+    if free_ones:  # named: a veto of one candidate is not one of the layer
+        every = len(free_ones) == len(among)
+        parts.append(f"{name} cannot be bounded{'' if every else ' for ' + ', '.join(free_ones)}"
+                     f" ({blocked or 'unknown'})")
     held = [short(cands[j]) for j in among if grew[j] and not free[j]]
     if held:
         parts.append(f"residual grows ({', '.join(held)})")
