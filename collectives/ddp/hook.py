@@ -14,6 +14,8 @@ from compressors.arrays import torch_raw
 from compressors.dtypes import lookup
 
 from .. import api, ops
+from ..costparams import several_per_host
+from ..topology import topology
 from . import fastpath
 from . import groups as grouping
 from .state import CompressionState
@@ -64,7 +66,7 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
         warm or state.policy.engine_first() is not False)
     fast = fastpath.serves(comm) and (
         engine if warm else fastpath.spec_of(groups, state.feedback, engine))
-    if fast in fastpath.HALF and state.hierarchy == "two_level":
+    if fast in fastpath.HALF and state.hierarchy == "two_level" and _several_per_host(state):
         fast = None  # the engine's allreduce is flat: ours reduces inside hosts first
     if fast:
         spec = "none" if warm else fast
@@ -101,6 +103,13 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     state._worker.submit(Job(fut, buf, parts, record, after))
     return fut
+
+
+def _several_per_host(state: CompressionState) -> bool:
+    """Whether a host holds several ranks (two-level differs from flat only there; the
+    topology is found once, collectively, at the first compressed step)."""
+    comm = state.communicator()
+    return several_per_host(topology(comm, timeout=state.deadline).sizes)
 
 
 def _groups(state: CompressionState, bucket: dist.GradBucket, buf: torch.Tensor, index: int,

@@ -123,7 +123,7 @@ RUNS["auto"] = _ours(_auto)
 # empty cache, not from what ``auto`` left there (which would spare it the profiling steps).
 RUNS["auto-flat"] = _ours(lambda args: _auto(args, cache=False), hierarchy="flat")
 # Our fp16 two-level: on several hosts of several ranks, full precision inside the host and
-# 16 bits across hosts; elsewhere PyTorch's fp16 hook, bit for bit.
+# 16 bits across hosts; elsewhere PyTorch's fp16 hook, bit for bit (the hook's fast path).
 RUNS["fp16-ours"] = _ours(lambda args: "fp16", hierarchy="two_level")
 # The same policy again, in the same process: it reads what ``auto`` measured from the cache
 # and decides at its first step (run it after ``auto``).
