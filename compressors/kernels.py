@@ -22,8 +22,8 @@ __all__ = ["OPENMP",  # noqa: F822  (defined by the module __getattr__ below)
            "load", "merge_dense", "merge_sorted", "qsgd_decode", "qsgd_encode", "quantize",
            "quantize_feedback", "reduce_into", "scale", "scatter", "scatter_dense",
            "select_above", "select_above_feedback", "set_num_threads", "sign_pack",
-           "sign_unpack", "sum_squares", "terngrad_decode", "terngrad_encode", "topk_feedback",
-           "topk_indices", "topk_sampled_indices"]
+           "sign_pack_feedback", "sign_unpack", "sum_squares", "terngrad_decode",
+           "terngrad_encode", "topk_feedback", "topk_indices", "topk_sampled_indices"]
 
 
 def load() -> ModuleType:
@@ -93,6 +93,14 @@ def dequantize(codes: np.ndarray, mins: np.ndarray, scales: np.ndarray, out: np.
 def sign_pack(x: np.ndarray, bits: np.ndarray, scales: np.ndarray, bucket_size: int) -> int:
     """Sign bits plus per-bucket mean |x|; returns the non-finite count."""
     return _compcoll.sign_pack(x, bits, scales, bucket_size)
+
+
+def sign_pack_feedback(x: np.ndarray, residual: np.ndarray, residual_out: np.ndarray,
+                       bits: np.ndarray, scales: np.ndarray, bucket_size: int) -> int:
+    """``sign_pack(x + residual)`` and ``residual_out = x + residual - decoded`` in one pass
+    over each bucket (``residual_out`` may be ``residual``). Non-finite sums are copied to
+    ``residual_out`` as they are; returns their count."""
+    return _compcoll.sign_pack_feedback(x, residual, residual_out, bits, scales, bucket_size)
 
 
 def sign_unpack(bits: np.ndarray, scales: np.ndarray, out: np.ndarray, bucket_size: int) -> None:

@@ -39,12 +39,18 @@ class Sign(Bucketed):
 
     codes_key = "bits"
     bucket_keys = ("scales",)
+    fuses_feedback = True
 
     def _codes_layout(self, n: int) -> tuple[np.dtype, int]:
         return U8, -(-n // 8)
 
     def _quantize(self, x32: np.ndarray, bufs: Buffers, seed: int) -> int:
         return kernels.sign_pack(x32, bufs["bits"], bufs["scales"], self.bucket_size)
+
+    def _quantize_feedback(self, x: np.ndarray, residual: np.ndarray, bufs: Buffers,
+                           seed: int) -> int:
+        return kernels.sign_pack_feedback(x, residual, residual, bufs["bits"], bufs["scales"],
+                                          self.bucket_size)
 
     def _dequantize(self, bufs: Buffers, out: np.ndarray) -> None:
         kernels.sign_unpack(bufs["bits"], bufs["scales"], out, self.bucket_size)

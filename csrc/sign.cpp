@@ -10,28 +10,76 @@
 namespace compcoll {
 namespace {
 
+// The sum of |x| over a bucket's finite values, and their count's complement, in tiles: the
+// one loop both packers run, so a fused pack sums in the same order as a plain one.
+inline float finite_abs_sum(const float* __restrict xb, size_t len, uint32_t& bad_out) {
+  float sum = 0.0f;
+  uint32_t bad = 0;
+  for (size_t t = 0; t < len; t += kTile) {
+    const size_t m = std::min(kTile, len - t);
+    // Masks instead of branches so the loop vectorizes (the sum's order is fixed per build).
+#pragma omp simd reduction(+ : sum, bad)
+    for (size_t i = 0; i < m; ++i) {
+      const uint32_t u = float_to_bits(xb[t + i]);
+      const uint32_t fin = (u & 0x7f800000u) != 0x7f800000u;
+      sum += bits_to_float(u & 0x7fffffffu & (0u - fin));
+      bad += 1 - fin;
+    }
+  }
+  bad_out = bad;
+  return sum;
+}
+
+// Bits of xb's signs packed from bit offset lo; with ``res``, also res = x - (+-scale) where
+// x is finite (non-finite x stay in res as they are, for the side list).
+inline void pack_signs(const float* xb, size_t lo, size_t len, float scale, uint8_t* bits,
+                       float* res) {
+  alignas(64) uint8_t q[kTile];
+  const uint32_t su = float_to_bits(scale);
+  for (size_t t = 0; t < len; t += kTile) {
+    const size_t m = std::min(kTile, len - t);
+#pragma omp simd
+    for (size_t i = 0; i < m; ++i) {
+      const float x = xb[t + i];
+      const uint32_t u = float_to_bits(x);
+      q[i] = uint8_t(u >> 31);
+      if (res != nullptr) {
+        const uint32_t fin = (u & 0x7f800000u) != 0x7f800000u;
+        const float sent = bits_to_float(su ^ (u & 0x80000000u));
+        res[t + i] = fin ? x - sent : x;
+      }
+    }
+    std::memset(q + m, 0, (8 - m % 8) % 8);
+    pack_codes<1>(q, m, bits + (lo + t) / 8);
+  }
+}
+
 int64_t sign_pack(const float* x, size_t n, size_t bucket, uint8_t* bits, float* scales) {
   return for_each_bucket(n, bucket, [&](size_t b, size_t lo, size_t len) -> int64_t {
-    const float* __restrict xb = x + lo;
-    float sum = 0.0f;
     uint32_t bad = 0;
-    alignas(64) uint8_t q[kTile];
-    for (size_t t = 0; t < len; t += kTile) {
-      const size_t m = std::min(kTile, len - t);
-      // Masks instead of branches so the loop vectorizes (the sum's order is fixed per build).
-#pragma omp simd reduction(+ : sum, bad)
-      for (size_t i = 0; i < m; ++i) {
-        const uint32_t u = float_to_bits(xb[t + i]);
-        const uint32_t fin = (u & 0x7f800000u) != 0x7f800000u;
-        sum += bits_to_float(u & 0x7fffffffu & (0u - fin));
-        bad += 1 - fin;
-        q[i] = uint8_t(u >> 31);
-      }
-      std::memset(q + m, 0, (8 - m % 8) % 8);
-      pack_codes<1>(q, m, bits + (lo + t) / 8);
-    }
+    const float sum = finite_abs_sum(x + lo, len, bad);
     const size_t good = len - bad;
     scales[b] = good ? sum / float(good) : 0.0f;
+    pack_signs(x + lo, lo, len, scales[b], bits, nullptr);
+    return bad;
+  });
+}
+
+// sign_pack(x + res) and res_out = x + res - decoded, one bucket at a time (the bucket's sums
+// are kept in res_out between the two passes, in cache); res_out may be res.
+int64_t sign_pack_feedback(const float* x, const float* res, float* res_out, size_t n,
+                           size_t bucket, uint8_t* bits, float* scales) {
+  return for_each_bucket(n, bucket, [&](size_t b, size_t lo, size_t len) -> int64_t {
+    float* __restrict yb = res_out + lo;
+    const float* __restrict xb = x + lo;
+    const float* rb = res + lo;
+#pragma omp simd
+    for (size_t i = 0; i < len; ++i) yb[i] = xb[i] + rb[i];
+    uint32_t bad = 0;
+    const float sum = finite_abs_sum(yb, len, bad);
+    const size_t good = len - bad;
+    scales[b] = good ? sum / float(good) : 0.0f;
+    pack_signs(yb, lo, len, scales[b], bits, yb);
     return bad;
   });
 }
@@ -65,6 +113,25 @@ void register_sign(nb::module_& m) {
       },
       nb::arg("x"), nb::arg("bits"), nb::arg("scales"), nb::arg("bucket_size"),
       "Pack sign bits and per-bucket mean |x|; returns the count of non-finite inputs.");
+  m.def(
+      "sign_pack_feedback",
+      [](HostInput x, HostArray res, HostArray res_out, HostArray bits, HostArray scales,
+         size_t bucket) {
+        check_bucket(bucket);
+        const float* xp = f32_data(x, "sign_pack_feedback");
+        size_t n = x.size();
+        const float* rp = typed_data<float>(res, n, "sign_pack_feedback residual");
+        float* op = typed_data<float>(res_out, n, "sign_pack_feedback residual_out");
+        auto* bp = typed_data<uint8_t>(bits, (n + 7) / 8, "sign_pack bits");
+        auto* sp = typed_data<float>(scales, (n + bucket - 1) / bucket, "sign_pack scales");
+        nb::gil_scoped_release nogil;
+        return sign_pack_feedback(xp, rp, op, n, bucket, bp, sp);
+      },
+      nb::arg("x"), nb::arg("residual"), nb::arg("residual_out"), nb::arg("bits"),
+      nb::arg("scales"), nb::arg("bucket_size"),
+      "Pack c = x + residual as sign_pack(c) would, writing residual_out = c - decoded in the "
+      "same pass over each bucket (residual_out may be residual); non-finite c are copied to "
+      "residual_out and counted in the return value.");
   m.def(
       "sign_unpack",
       [](HostInput bits, HostInput scales, HostArray out, size_t bucket) {

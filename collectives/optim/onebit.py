@@ -91,8 +91,10 @@ class OneBitAdam(torch.optim.Optimizer):
         self.t = 0  # steps taken
         self.frozen_at: int | None = None  # the step v froze at
         self.vnorms: list[float] = []  # the bias-corrected v's norm after each warm-up step
-        # from the freeze on, flat over the matrices: Adam's denominator, where v is above zero
-        self._flat_frozen: tuple[torch.Tensor, torch.Tensor] | None = None
+        # from the freeze on, flat over the matrices (see ``_frozen``), and the 1-D
+        # parameters' denominators
+        self._flat_frozen: tuple[torch.Tensor, ...] | None = None
+        self._vector_denoms: list[torch.Tensor] | None = None
 
     def _params(self) -> list[torch.Tensor]:
         return [p for g in self.param_groups for p in g["params"]]
@@ -162,58 +164,84 @@ class OneBitAdam(torch.optim.Optimizer):
         """Fold this rank's gradient into the momentum, average the momenta (compressed for
         matrices, masked where v froze at zero), and step with the frozen v."""
         grads = self._grads()
-        moms = []
+        matrices = [x for x in grads if x[1].dim() >= 2]
+        if matrices:
+            self._matrices(matrices)
+        vectors = [x for x in grads if x[1].dim() < 2]
+        if vectors:
+            self._vectors(vectors)
+
+    def _matrices(self, grads: list[tuple[dict, torch.Tensor, torch.Tensor]]) -> None:
+        """The matrices' momenta, folded straight into one flat buffer in Adam's units
+        m / (sqrt(v_hat) + eps) (a multiply by the frozen reciprocal, zero where v is zero),
+        clipped, averaged compressed; then each parameter moves by its averaged units times
+        the step size (Adam's m / denominator, without dividing again) and keeps units times
+        the denominator as its momentum. Five passes over the momenta besides the
+        collective, and no allocation: the frozen arrays and the buffer are kept."""
+        buf, scale, keep, denom, bound = self._frozen([(g, p) for g, p, _ in grads])
+        views, at = [], 0
         for g, p, grad in grads:
-            st = self._state(p)
-            moms.append(st["exp_avg"].lerp(grad, 1 - g["betas"][0]))
-        big = [i for i, (_, p, _) in enumerate(grads) if p.dim() >= 2]
-        small = [i for i in range(len(grads)) if i not in set(big)]
-        for idx, compressed in ((big, True), (small, False)):
-            if not idx:
-                continue
-            flat = torch.cat([moms[i].reshape(-1).float() for i in idx])
-            kwargs: dict[str, Any] = {}
-            if compressed:
-                denom, mask, bound = self._frozen([grads[i][:2] for i in idx], flat)
-                flat.div_(denom).clamp_(-bound, bound).masked_fill_(~mask, 0.0)
-                kwargs = {"compressor": self.feedback.compressor, "feedback": self.feedback,
-                          "name": "onebit", "step": self.t}
-            api.allreduce(flat, op="avg", comm=self.comm, out=flat, timeout=self.timeout,
-                          **kwargs)
-            if compressed:
-                flat.masked_fill_(~mask, 0.0).mul_(denom)
-            at = 0
-            for i in idx:
-                n = moms[i].numel()
-                moms[i] = flat[at:at + n].view_as(moms[i]).to(moms[i].dtype)
-                at += n
+            view = buf[at:at + p.numel()].view(p.shape)
+            torch.lerp(self._state(p)["exp_avg"].float(), grad.float(), 1 - g["betas"][0],
+                       out=view)
+            views.append((view, denom[at:at + p.numel()].view(p.shape)))
+            at += p.numel()
+        buf.mul_(scale).clamp_(-bound, bound)
+        api.allreduce(buf, op="avg", comm=self.comm, out=buf, timeout=self.timeout,
+                      compressor=self.feedback.compressor, feedback=self.feedback,
+                      name="onebit", step=self.t)
+        buf.mul_(keep)  # a masked coordinate's average may hold the others' rounding
+        for (g, p, _), (units, d) in zip(grads, views, strict=True):
+            p.add_(units.to(p.dtype), alpha=-g["lr"] / (1 - g["betas"][0] ** self.t))
+            m = self._state(p)["exp_avg"]
+            if m.dtype == units.dtype and m.is_contiguous():
+                torch.mul(units, d, out=m)
+            else:
+                m.copy_(units * d)
+
+    def _vectors(self, grads: list[tuple[dict, torch.Tensor, torch.Tensor]]) -> None:
+        """The 1-D parameters' momenta, averaged in full precision, and Adam's step with the
+        frozen denominators (computed once, at the first step after the freeze)."""
+        moms = [self._state(p)["exp_avg"].lerp(grad, 1 - g["betas"][0]) for g, p, grad in grads]
+        flat = torch.cat([m.reshape(-1).float() for m in moms])
+        api.allreduce(flat, op="avg", comm=self.comm, out=flat, timeout=self.timeout)
         frozen = self.frozen_at
         assert frozen is not None
-        for (g, p, _), m in zip(grads, moms, strict=True):
+        if self._vector_denoms is None:
+            self._vector_denoms = [
+                _denominator(self._state(p)["exp_avg_sq"], 1 - g["betas"][1] ** frozen,
+                             g["eps"]) for g, p, _ in grads]
+        at = 0
+        for (g, p, _), m, d in zip(grads, moms, self._vector_denoms, strict=True):
             st = self._state(p)
-            st["exp_avg"].copy_(m)
-            self._apply(g, p, st, st["exp_avg_sq"], 1 - g["betas"][1] ** frozen)
+            st["exp_avg"].copy_(flat[at:at + m.numel()].view_as(m))
+            p.addcdiv_(st["exp_avg"], d, value=-g["lr"] / (1 - g["betas"][0] ** self.t))
+            at += m.numel()
 
     def _apply(self, g: dict, p: torch.Tensor, st: dict, v: torch.Tensor, corr2: float) -> None:
         """Adam's update from the momentum and ``v`` (torch.optim.Adam's arithmetic)."""
         step_size = g["lr"] / (1 - g["betas"][0] ** self.t)
         p.addcdiv_(st["exp_avg"], _denominator(v, corr2, g["eps"]), value=-step_size)
 
-    def _frozen(self, params: list[tuple[dict, torch.Tensor]], flat: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor, float]:
-        """Over ``params`` ((group, parameter) pairs, in ``flat``'s layout), from the frozen v:
-        Adam's denominator sqrt(v_hat) + eps, the mask (True where v is above zero), both kept
-        from the freeze on, and the largest |m| / sqrt(v) Adam itself can reach."""
-        if self._flat_frozen is None or self._flat_frozen[0].numel() != flat.numel():
+    def _frozen(self, params: list[tuple[dict, torch.Tensor]]
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float]:
+        """Over ``params`` ((group, parameter) pairs, flat in their order), from the frozen
+        v, kept from the freeze on: the flat buffer the momenta are averaged in, the
+        reciprocal of Adam's denominator sqrt(v_hat) + eps (zero where v is zero), where v is
+        above zero (1.0, else 0.0), the denominator; and the largest |m| / sqrt(v) Adam
+        itself can reach."""
+        n = sum(p.numel() for _, p in params)
+        if self._flat_frozen is None or self._flat_frozen[0].numel() != n:
             frozen = self.frozen_at
             assert frozen is not None
             vs = [(g, self.state[p]["exp_avg_sq"]) for g, p in params]
-            mask = torch.cat([v.reshape(-1) > 0 for _, v in vs]).to(flat.device)
+            mask = torch.cat([v.reshape(-1) > 0 for _, v in vs])
             denom = torch.cat([_denominator(v, 1 - g["betas"][1] ** frozen, g["eps"]).reshape(-1)
-                               for g, v in vs]).to(flat.device, flat.dtype).clamp_(min=1e-30)
-            self._flat_frozen = (denom, mask)
+                               for g, v in vs]).float().clamp_(min=1e-30)
+            scale = torch.where(mask, denom.reciprocal(), torch.zeros_like(denom))
+            self._flat_frozen = (torch.empty_like(denom), scale, mask.float(), denom)
         bound = max(adam_bound(*g["betas"]) for g, _ in params)
-        return self._flat_frozen[0], self._flat_frozen[1], bound
+        return (*self._flat_frozen, bound)
 
     def _state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
         st = self.state[p]
@@ -233,7 +261,7 @@ class OneBitAdam(torch.optim.Optimizer):
 
     def _freeze(self) -> None:
         self.frozen_at = self.t
-        self._flat_frozen = None
+        self._flat_frozen = self._vector_denoms = None
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -262,7 +290,7 @@ class OneBitAdam(torch.optim.Optimizer):
         self.feedback.load_state_dict(mine["feedback"])
         self.t, self.frozen_at = int(mine["t"]), mine["frozen_at"]
         self.vnorms = [float(x) for x in mine["vnorms"]]
-        self._flat_frozen = None
+        self._flat_frozen = self._vector_denoms = None
 
 
 def _denominator(v: torch.Tensor, corr2: float, eps: float) -> torch.Tensor:

@@ -38,12 +38,31 @@ def test_fused_feedback_equals_compensate_compress_update(bits, n, stochastic, n
     np.testing.assert_allclose(res, ef.residuals["w"], rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("n", [0, 1, 7, 509, 4099, 100_003])
+@pytest.mark.parametrize("bucket", [8, 256, 2048])
+@pytest.mark.parametrize("nonfinite", [False, True])
+def test_fused_sign_feedback_equals_compensate_compress_update(n, bucket, nonfinite):
+    c = compressors.get("sign", bucket_size=bucket)
+    x, res = _pair(n, 7 * n + bucket)
+    if nonfinite and n:
+        x[[0, n // 2, n - 1]] = [np.nan, np.inf, -np.inf]
+    ef = ErrorFeedback(c)
+    ef.residuals["w"] = res.copy()
+    xc = ef.compensate(x, "w")
+    plain = c.compress(xc, name="w", step=2)
+    ef.update("w", xc, plain)
+    fused = c.compress_feedback(x, res, name="w", step=2)
+    assert fused is not None and fused.to_bytes() == plain.to_bytes()
+    assert np.isfinite(res).all()
+    np.testing.assert_array_equal(res, ef.residuals["w"])  # x - (+-scale): the same floats
+
+
 def test_fused_feedback_declines_other_dtypes_and_compressors():
     x64 = np.ones(64)
     r = np.zeros(64, np.float32)
     assert compressors.get("uniform").compress_feedback(x64, r, name="w") is None
-    assert compressors.get("sign").compress_feedback(x64.astype(np.float32), r,
-                                                     name="w") is None
+    assert compressors.get("terngrad").compress_feedback(x64.astype(np.float32), r,
+                                                         name="w") is None
     assert not r.any()
     assert not ErrorFeedback(compressors.get("uniform"), beta=0.5).fusable(x64.astype(np.float32))
     assert not ErrorFeedback(compressors.get("uniform")).fusable(x64)
