@@ -184,19 +184,23 @@ class OneBitAdam(torch.optim.Optimizer):
             view = buf[at:at + p.numel()].view(p.shape)
             torch.lerp(self._state(p)["exp_avg"].float(), grad.float(), 1 - g["betas"][0],
                        out=view)
-            views.append((view, denom[at:at + p.numel()].view(p.shape)))
+            views.append((view, denom[at:at + p.numel()].view(p.shape),
+                          keep[at:at + p.numel()].view(p.shape)))
             at += p.numel()
         buf.mul_(scale).clamp_(-bound, bound)
         api.allreduce(buf, op="avg", comm=self.comm, out=buf, timeout=self.timeout,
                       compressor=self.feedback.compressor, feedback=self.feedback,
                       name="onebit", step=self.t)
-        buf.mul_(keep)  # a masked coordinate's average may hold the others' rounding
-        for (g, p, _), (units, d) in zip(grads, views, strict=True):
-            p.add_(units.to(p.dtype), alpha=-g["lr"] / (1 - g["betas"][0] ** self.t))
+        # masked by ``keep`` (a masked coordinate's average may hold the others' rounding),
+        # and the momentum by the denominator zeroed there: one pass each
+        for (g, p, _), (units, d, k) in zip(grads, views, strict=True):
+            step_size = -g["lr"] / (1 - g["betas"][0] ** self.t)
             m = self._state(p)["exp_avg"]
-            if m.dtype == units.dtype and m.is_contiguous():
+            if p.dtype == units.dtype and m.dtype == units.dtype and m.is_contiguous():
+                p.addcmul_(units, k, value=step_size)
                 torch.mul(units, d, out=m)
             else:
+                p.add_((units * k).to(p.dtype), alpha=step_size)
                 m.copy_(units * d)
 
     def _vectors(self, grads: list[tuple[dict, torch.Tensor, torch.Tensor]]) -> None:
@@ -227,8 +231,8 @@ class OneBitAdam(torch.optim.Optimizer):
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float]:
         """Over ``params`` ((group, parameter) pairs, flat in their order), from the frozen
         v, kept from the freeze on: the flat buffer the momenta are averaged in, the
-        reciprocal of Adam's denominator sqrt(v_hat) + eps (zero where v is zero), where v is
-        above zero (1.0, else 0.0), the denominator; and the largest |m| / sqrt(v) Adam
+        reciprocal of Adam's denominator sqrt(v_hat) + eps and the denominator (both zero where
+        v is zero), where v is above zero (1.0, else 0.0); and the largest |m| / sqrt(v) Adam
         itself can reach."""
         n = sum(p.numel() for _, p in params)
         if self._flat_frozen is None or self._flat_frozen[0].numel() != n:
@@ -238,8 +242,10 @@ class OneBitAdam(torch.optim.Optimizer):
             mask = torch.cat([v.reshape(-1) > 0 for _, v in vs])
             denom = torch.cat([_denominator(v, 1 - g["betas"][1] ** frozen, g["eps"]).reshape(-1)
                                for g, v in vs]).float().clamp_(min=1e-30)
-            scale = torch.where(mask, denom.reciprocal(), torch.zeros_like(denom))
-            self._flat_frozen = (torch.empty_like(denom), scale, mask.float(), denom)
+            zero = torch.zeros_like(denom)
+            scale = torch.where(mask, denom.reciprocal(), zero)
+            self._flat_frozen = (torch.empty_like(denom), scale, mask.float(),
+                                 torch.where(mask, denom, zero))
         bound = max(adam_bound(*g["betas"]) for g, _ in params)
         return (*self._flat_frozen, bound)
 
