@@ -15,13 +15,9 @@ def _pair(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
             (0.1 * rng.standard_normal(n)).astype(np.float32))
 
 
-@pytest.mark.parametrize("bits", [1, 2, 4, 8])
-@pytest.mark.parametrize("n", [0, 1, 7, 509, 4099, 100_003])
-@pytest.mark.parametrize("stochastic", [True, False])
-@pytest.mark.parametrize("nonfinite", [False, True])
-def test_fused_feedback_equals_compensate_compress_update(bits, n, stochastic, nonfinite):
-    c = compressors.get("uniform", bits=bits, bucket_size=256, stochastic=stochastic)
-    x, res = _pair(n, bits * 1000 + n)
+def _fused_and_plain(c, n: int, seed: int, nonfinite: bool):
+    """compress_feedback's payload and residual beside compensate, compress and update."""
+    x, res = _pair(n, seed)
     if nonfinite and n:
         x[[0, n // 2, n - 1]] = [np.nan, np.inf, -np.inf]
     ef = ErrorFeedback(c)
@@ -32,10 +28,19 @@ def test_fused_feedback_equals_compensate_compress_update(bits, n, stochastic, n
     fused = c.compress_feedback(x, res, name="w", step=5)  # updates res in place
     assert fused is not None and sorted(fused.buffers) == sorted(plain.buffers)
     assert fused.to_bytes() == plain.to_bytes()  # the same payload, bit for bit
-    # the new residual is what the payload did not carry (to rounding of the decode), and
-    # 0 where the input was not finite
+    # the new residual is what the payload did not carry, 0 where the input was not finite
     assert np.isfinite(res).all()
-    np.testing.assert_allclose(res, ef.residuals["w"], rtol=0, atol=1e-6)
+    return res, ef.residuals["w"]
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+@pytest.mark.parametrize("n", [0, 1, 7, 509, 4099, 100_003])
+@pytest.mark.parametrize("stochastic", [True, False])
+@pytest.mark.parametrize("nonfinite", [False, True])
+def test_fused_feedback_equals_compensate_compress_update(bits, n, stochastic, nonfinite):
+    c = compressors.get("uniform", bits=bits, bucket_size=256, stochastic=stochastic)
+    fused, plain = _fused_and_plain(c, n, bits * 1000 + n, nonfinite)
+    np.testing.assert_allclose(fused, plain, rtol=0, atol=1e-6)  # to the decode's rounding
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 509, 4099, 100_003])
@@ -43,18 +48,8 @@ def test_fused_feedback_equals_compensate_compress_update(bits, n, stochastic, n
 @pytest.mark.parametrize("nonfinite", [False, True])
 def test_fused_sign_feedback_equals_compensate_compress_update(n, bucket, nonfinite):
     c = compressors.get("sign", bucket_size=bucket)
-    x, res = _pair(n, 7 * n + bucket)
-    if nonfinite and n:
-        x[[0, n // 2, n - 1]] = [np.nan, np.inf, -np.inf]
-    ef = ErrorFeedback(c)
-    ef.residuals["w"] = res.copy()
-    xc = ef.compensate(x, "w")
-    plain = c.compress(xc, name="w", step=2)
-    ef.update("w", xc, plain)
-    fused = c.compress_feedback(x, res, name="w", step=2)
-    assert fused is not None and fused.to_bytes() == plain.to_bytes()
-    assert np.isfinite(res).all()
-    np.testing.assert_array_equal(res, ef.residuals["w"])  # x - (+-scale): the same floats
+    fused, plain = _fused_and_plain(c, n, 7 * n + bucket, nonfinite)
+    np.testing.assert_array_equal(fused, plain)  # x - (+-scale): the same floats
 
 
 def test_fused_feedback_declines_other_dtypes_and_compressors():
