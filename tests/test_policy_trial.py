@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collectives.policy import AutoPolicy, canonical, profile, trial
+from collectives.policy import AutoPolicy, canonical, decider, profile, trial
 from tests.test_policy import SLOW, Ranks, SteadyClock
 from tests.test_policy_loss import BIG, FIRST
 
@@ -31,10 +31,12 @@ def _steady_clock(monkeypatch) -> None:
 
 
 def run(monkeypatch, plan_s: float, sixteen_s: float, none_s: float = 1.0, steps: int = 40,
-        candidates: tuple[str, ...] = ("none", "fp16", "uniform:bits=8"), jitter: float = 0.0
-        ) -> tuple[AutoPolicy, list[str]]:
+        candidates: tuple[str, ...] = ("none", "fp16", "uniform:bits=8"), jitter: float = 0.0,
+        far: float = float("inf")) -> tuple[AutoPolicy, list[str]]:
     """Drive the policy ``steps`` steps, each lasting what the layer is sent with says (longer
-    and shorter by ``jitter`` of it in turn)."""
+    and shorter by ``jitter`` of it in turn). Uncompressed is timed whatever its price
+    (``far``: the share of the plan's price past which it is not)."""
+    monkeypatch.setattr(decider, "UNCOMPRESSED_FAR", far)
     clock = StepClock()
     monkeypatch.setattr(trial, "time", clock)
     pol = AutoPolicy(candidates=candidates, first=FIRST,
@@ -102,6 +104,17 @@ def test_clearly_faster_asks_twice_the_noise_between_min_share_and_the_margin() 
     assert not trial.clearly_faster(0.98, 1.0, 0.0, 0.1)  # 2% < MIN_SHARE
     assert not trial.clearly_faster(0.94, 1.0, 0.04, 0.1)  # 6% < twice the noise
     assert trial.clearly_faster(0.89, 1.0, 0.5, 0.1)  # the margin is the most it asks
+
+
+def test_uncompressed_priced_far_slower_is_not_timed(monkeypatch) -> None:
+    """At 1 Gbit/s the model prices the layer uncompressed at several times its 8 bits: the
+    trial times 16 bits only (uncompressed steps would only cost start-up)."""
+    pol, seen = run(monkeypatch, plan_s=0.060, sixteen_s=0.100, none_s=0.200, far=1.5)
+    plan_s, none_s = pol._decider.predicted
+    assert none_s > 1.5 * plan_s > 0
+    first = seen.index(INT8)
+    assert "fp16" in seen[first:] and "none" not in seen[first:], seen
+    assert pol._trial.result["kept"] == "plan" and "none_s" not in pol._trial.result
 
 
 def test_a_16_bit_plan_is_timed_against_uncompressed_only(monkeypatch) -> None:

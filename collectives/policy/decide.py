@@ -32,12 +32,14 @@ from .layers import Layer
 
 @dataclass
 class Outcome:
-    """A plan: the candidate index per layer, its predicted seconds and total error."""
+    """A plan: the candidate index per layer, its predicted seconds and total error, and the
+    predicted seconds of sending every layer uncompressed."""
 
     pick: list[int]
     total: float
     error: float
     rows: list[dict[str, Any]] = field(default_factory=list)
+    uncompressed: float = 0.0
 
 
 def unmeasured(layer: Layer, cands: tuple[str, ...]) -> np.ndarray:
@@ -118,7 +120,9 @@ def decide(comm: Any, cfg: Any, layers: list[Layer], rows: np.ndarray, measured:
             pick = old
     pick = plan.agreed(comm, pick)
     out = Outcome(pick, plan.step_time(pick, body, fixed, buckets, alone),
-                  math.sqrt(sum(errors[i][c] for i, c in enumerate(pick))))
+                  math.sqrt(sum(errors[i][c] for i, c in enumerate(pick))),
+                  uncompressed=plan.step_time([cands.index("none")] * len(pick), body, fixed,
+                                              buckets, alone))
     # Each layer's part of the step: the small and unmeasured ones were never profiled.
     profiled = [lay.numel >= cfg.min_numel and seen for lay, seen in zip(layers, measured,
                                                                          strict=True)]

@@ -26,6 +26,10 @@ from .layout import Layout
 from .part import Part
 from .signals import Signals
 
+#: The trial times every layer uncompressed only where the cost model prices that within this
+#: many times the plan's communication (see ``Decider.phases``).
+UNCOMPRESSED_FAR = 1.5
+
 
 class Decider(Part):
     """The standing decisions, their table, and the signals that say when to decide."""
@@ -36,6 +40,8 @@ class Decider(Part):
 
     def __init__(self, config: AutoConfig) -> None:
         self.config = config
+        #: the last decision's predicted communication seconds: (its plan, all uncompressed)
+        self.predicted = (0.0, 0.0)
         self.decisions: dict[str, str] = {}
         self.rows: list[dict[str, Any]] = []  # the last decision's table (``report``)
         self.total_error = 0.0
@@ -162,6 +168,7 @@ class Decider(Part):
                 row.update(compressor="none", bytes=4 * max(row["numel"], 1))
         self.collective_s = dict(zip(cands, fixed, strict=True))
         self.rows, self.total_error = out.rows, out.error
+        self.predicted = (out.total, out.uncompressed)
         return out
 
     def narrower(self, old: Mapping[str, str]) -> bool:
@@ -174,8 +181,14 @@ class Decider(Part):
         """What the decisions are timed against (``trial``): 16 bits where they send some
         layer below 16 bits that ``old`` did not; uncompressed where they compress a layer
         ``old`` sent whole, or on the first decision (``old`` empty) where they compress
-        any: a link that makes even fp16's cast dear is found by measuring."""
+        any: a link that makes even fp16's cast dear is found by measuring. Not uncompressed
+        where the cost model prices it more than ``UNCOMPRESSED_FAR`` times the plan's
+        communication: the bytes' time is what the fitted link knows best, and on a slow link
+        those steps would only cost (mlp-wide at 1 Gbit/s: 7 steps of 437 against 299 ms)."""
         out = ["sixteen"] if self.narrower(old) else []
+        plan_s, none_s = self.predicted
+        if none_s > UNCOMPRESSED_FAR * plan_s > 0:
+            return out  # priced far slower: its steps would cost start-up, not inform
         if old:
             wider = any(s != "none" and old.get(n, "none") == "none"
                         for n, s in self.decisions.items())
