@@ -169,8 +169,9 @@ def with_zero_slots(groups: list[Group], canon: list[tuple[str, int]],
     the bucket's (parameter, numel) in the order of DDP's rebuilt buckets, as recorded in
     ``CompressionState.layout``), each followed by as many zeros as the parameters between
     it and the next member hold, if those are at most ``MAX_SLOT_SHARE`` of the layout. The
-    layout so depends on the bucket's parameters only, not on where DDP put them: before and after DDP rebuilds its buckets, and after a resume,
-    the quantizer's blocks see the same vector.
+    layout so depends on the bucket's parameters only, not on where DDP put them: before and
+    after DDP rebuilds its buckets, and after a resume, the quantizer's blocks see the same
+    vector.
 
     Where the bucket holds the members at exactly those distances (DDP's order once rebuilt,
     for most models), the group is a span group instead (see :func:`with_span`): sent in place
