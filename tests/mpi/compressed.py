@@ -117,7 +117,7 @@ def feedback_over_steps(chk: Checker) -> None:
         owner = fb.residuals.get("g@owner")
         res2 = np.zeros(n)
         if owner is not None:  # each owner's residual covers its (per-segment) ranges
-            count = rsag.segment_count(n, P, spec.startswith("uniform"))
+            count = rsag.segment_count(n, P, comp.fuses_feedback)  # (fused: segments)
             for r, piece in enumerate(WORLD.allgather(owner.astype(np.float64))):
                 at = 0
                 for a, b in rsag.owned_ranges(n, P, r, count):
