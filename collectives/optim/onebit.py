@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+from torch.optim.adam import adam
 
 import compressors
 
@@ -95,6 +96,10 @@ class OneBitAdam(torch.optim.Optimizer):
         # parameters' denominators
         self._flat_frozen: tuple[torch.Tensor, ...] | None = None
         self._vector_denoms: list[torch.Tensor] | None = None
+        # the warm-up's kept flat buffers (what travels, and the average in float32)
+        self._wire: torch.Tensor | None = None
+        self._avg: torch.Tensor | None = None
+        self._fused = True  # torch's fused Adam kernel, until it refuses the parameters
 
     def _params(self) -> list[torch.Tensor]:
         return [p for g in self.param_groups for p in g["params"]]
@@ -129,34 +134,64 @@ class OneBitAdam(torch.optim.Optimizer):
 
     def _warmup_step(self) -> None:
         """Adam on the averaged gradient (``warmup_compressor``: fp16 or none), weight decay
-        added after the average, as torch.optim.Adam on DDP's averaged gradient."""
+        added after the average, as torch.optim.Adam on DDP's averaged gradient: torch's own
+        Adam arithmetic, its fused kernel where this torch has one for the parameters (one
+        pass over them; the per-tensor loop cost about ten times as much on gpt)."""
         grads = self._grads(decay=False)
         avg = self._average([gr for _, _, gr in grads])
-        for (g, p, _), a in zip(grads, avg, strict=True):
-            if g["weight_decay"]:
-                a = a.add(p.detach(), alpha=g["weight_decay"])
+        at = 0
+        for g in self.param_groups:
+            n = len(g["params"])
+            params = [p for _, p, _ in grads[at:at + n]]
+            states = [self._state(p) for p in params]
+            # a step count per parameter, one below this step (torch's Adam adds one first)
+            steps = [torch.tensor(float(self.t - 1)) for _ in params]
             b1, b2 = g["betas"]
-            st = self._state(p)
-            st["exp_avg"].lerp_(a, 1 - b1)
-            st["exp_avg_sq"].mul_(b2).addcmul_(a, a, value=1 - b2)
-            self._apply(g, p, st, st["exp_avg_sq"], 1 - b2 ** self.t)
-        self.vnorms.append(math.sqrt(sum(
-            float(self.state[p]["exp_avg_sq"].double().square().sum())
-            for p in self._params())) / (1 - self.param_groups[0]["betas"][1] ** self.t))
+            kwargs = {"amsgrad": False, "beta1": b1, "beta2": b2, "lr": g["lr"],
+                      "weight_decay": g["weight_decay"], "eps": g["eps"], "maximize": False}
+            lists = (params, avg[at:at + n], [st["exp_avg"] for st in states],
+                     [st["exp_avg_sq"] for st in states], [], steps)
+            if self._fused:
+                try:
+                    adam(*lists, fused=True, **kwargs)
+                except RuntimeError:  # no fused kernel for these parameters: the loop
+                    self._fused = False
+                    for x in steps:
+                        x.fill_(float(self.t - 1))
+            if not self._fused:
+                adam(*lists, foreach=False, **kwargs)
+            at += n
+        norms = torch._foreach_norm([self.state[p]["exp_avg_sq"].float()
+                                     for p in self._params()])
+        self.vnorms.append(float(torch.linalg.vector_norm(torch.stack(norms)))
+                           / (1 - self.param_groups[0]["betas"][1] ** self.t))
 
     def _average(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The ranks' average of ``grads``, one collective over all of them."""
-        flat = torch.cat([x.reshape(-1).float() for x in grads])
-        p = self.comm.size
-        if self.warmup_compressor == "fp16":
-            wire = flat.mul_(1.0 / p).half()  # divided first: the sum cannot overflow
-            api.allreduce(wire, op="sum", comm=self.comm, out=wire, timeout=self.timeout)
-            flat = wire.float()
-        else:
-            api.allreduce(flat, op="avg", comm=self.comm, out=flat, timeout=self.timeout)
+        """The ranks' average of ``grads``, one collective over all of them, in kept flat
+        buffers: with fp16, each gradient divided by the ranks and rounded in one pass (the
+        sum cannot overflow), summed, and widened back in one more."""
+        n = sum(x.numel() for x in grads)
+        half = self.warmup_compressor == "fp16"
+        if self._wire is None or self._wire.numel() != n:
+            self._wire = torch.empty(n, dtype=torch.float16 if half else torch.float32)
+            self._avg = torch.empty(n, dtype=torch.float32) if half else self._wire
+        wire, flat = self._wire, self._avg
+        assert flat is not None
+        p, at = self.comm.size, 0
+        for x in grads:
+            view = wire[at:at + x.numel()].view(x.shape)
+            if half:
+                torch.mul(x, 1.0 / p, out=view)
+            else:
+                view.copy_(x)
+            at += x.numel()
+        api.allreduce(wire, op="sum" if half else "avg", comm=self.comm, out=wire,
+                      timeout=self.timeout)
+        if half:
+            flat.copy_(wire)
         out, at = [], 0
         for x in grads:
-            out.append(flat[at:at + x.numel()].view_as(x).to(x.dtype))
+            out.append(flat[at:at + x.numel()].view(x.shape).to(x.dtype))
             at += x.numel()
         return out
 
@@ -222,11 +257,6 @@ class OneBitAdam(torch.optim.Optimizer):
             p.addcdiv_(st["exp_avg"], d, value=-g["lr"] / (1 - g["betas"][0] ** self.t))
             at += m.numel()
 
-    def _apply(self, g: dict, p: torch.Tensor, st: dict, v: torch.Tensor, corr2: float) -> None:
-        """Adam's update from the momentum and ``v`` (torch.optim.Adam's arithmetic)."""
-        step_size = g["lr"] / (1 - g["betas"][0] ** self.t)
-        p.addcdiv_(st["exp_avg"], _denominator(v, corr2, g["eps"]), value=-step_size)
-
     def _frozen(self, params: list[tuple[dict, torch.Tensor]]
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float]:
         """Over ``params`` ((group, parameter) pairs, flat in their order), from the frozen
@@ -268,6 +298,7 @@ class OneBitAdam(torch.optim.Optimizer):
     def _freeze(self) -> None:
         self.frozen_at = self.t
         self._flat_frozen = self._vector_denoms = None
+        self._wire = self._avg = None  # the warm-up's buffers are not needed again
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
