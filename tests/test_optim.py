@@ -19,3 +19,16 @@ def test_diloco_is_synchronous_sgd_at_one_step_resumes_exactly_and_refuses_misma
 def test_onebit_adam_is_adam_before_the_freeze_masks_unused_rows_and_resumes_exactly(
         np_: int) -> None:
     passed(run("onebit.py", np_, timeout=300), "onebit")
+
+
+def test_diloco_auto_sync_every_prices_the_sync_against_whole_steps() -> None:
+    """Each probe step (one step() call to the next) holds its sync; H keeps a sync within
+    the share of H steps. A step shorter than its own sync used to read as a step of zero
+    work and sync every 1000 steps."""
+    from collectives.optim import diloco
+
+    assert diloco.sync_every_for([0.18] * 4, [0.10] * 4, 0.1) == 12  # 80 ms work, 100 ms sync
+    # 55 ms of work and a 100 ms sync (mlp-wide on 1 Gbit/s): 17, not the 1000 cap
+    assert diloco.sync_every_for([0.155, 0.16, 0.15], [0.1, 0.1, 0.1], 0.1) == 17
+    assert diloco.sync_every_for([0.2] * 3, [0.001] * 3, 0.1) == 1  # a cheap sync: every step
+    assert diloco.sync_every_for([1.0] * 3, [0.99] * 3, 0.01) == diloco.MAX_SYNC_EVERY

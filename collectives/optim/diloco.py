@@ -106,7 +106,9 @@ class DiLoCo:
         self.steps = 0  # inner steps taken
         self.syncs = 0  # outer steps taken
         self._times: dict[str, list[float]] = {"step": [], "sync": []}
-        self._last: float | None = None  # when the previous step() returned
+        self._last: float | None = None  # when the previous step() started
+        #: seconds the last :meth:`step` spent in its sync (0.0 where it made none)
+        self.comm_s = 0.0
 
     # -- the optimizer's interface -------------------------------------------------------
     @property
@@ -119,17 +121,19 @@ class DiLoCo:
     def step(self, closure: Any = None) -> Any:
         """An inner step; an outer step (collective) when one is due."""
         start = time.perf_counter()
-        if self._last is not None:
+        if self._last is not None:  # from one step() to the next: a whole training step
             self._times["step"].append(start - self._last)
+        self._last = start
         loss = self.optimizer.step(closure)
         self.steps += 1
+        self.comm_s = 0.0
         if self._due():
             t0 = time.perf_counter()
             self._sync()
-            self._times["sync"].append(time.perf_counter() - t0)
+            self.comm_s = time.perf_counter() - t0
+            self._times["sync"].append(self.comm_s)
             if self.auto_sync and self.sync_every is None and self.syncs >= PROBE:
                 self.sync_every = self._choose_sync_every()
-        self._last = time.perf_counter()
         return loss
 
     def _due(self) -> bool:
@@ -167,15 +171,10 @@ class DiLoCo:
 
     # -- "auto" -----------------------------------------------------------------------------
     def _choose_sync_every(self) -> int:
-        """The least H whose sync costs at most ``max_comm_share`` of H steps and itself,
-        from the probe's medians; the largest any rank found (collective)."""
-        steps = self._times["step"][1:] or [1e-3]  # the first interval includes set-up
-        # Each probe interval holds one sync: the step's own time is the interval less it.
-        syncs = self._times["sync"]
-        step_s = max(float(np.median(steps)) - float(np.median(syncs)), 1e-6)
-        sync_s = float(np.median(syncs))
-        want = sync_s * (1.0 - self.max_comm_share) / (self.max_comm_share * step_s)
-        mine = np.array([min(MAX_SYNC_EVERY, max(1, math.ceil(want)))], np.float64)
+        """:func:`sync_every_for` the probe's times, the largest any rank found
+        (collective)."""
+        mine = np.array([sync_every_for(self._times["step"][1:],  # the first: set-up
+                                        self._times["sync"], self.max_comm_share)], np.float64)
         agreed = api.allreduce(mine, op="max", comm=self.comm, timeout=self.timeout)
         return int(agreed[0])
 
@@ -224,6 +223,22 @@ class DiLoCo:
         self.sync_every = None if state["sync_every"] is None else int(state["sync_every"])
         self._times = {k: list(v) for k, v in state["times"].items()}
         self._last = None
+
+
+def sync_every_for(steps: list[float], syncs: list[float], share: float) -> int:
+    """The least H for which a sync costs at most ``share`` of the time of H steps and the
+    sync, from the probe's medians: ``steps`` are whole training steps (from one ``step()``
+    call to the next) that each held one sync, ``syncs`` the syncs' own times (seconds).
+    A step without its sync, s, and the sync, c: c <= share (H s + c), so
+    H = ceil(c (1 - share) / (share s)), within [1, ``MAX_SYNC_EVERY``].
+
+    >>> sync_every_for([0.18] * 4, [0.10] * 4, 0.1)  # 80 ms of work, 100 ms a sync
+    12
+    """
+    sync_s = float(np.median(syncs)) if syncs else 0.0
+    step_s = max(float(np.median(steps)) - sync_s if steps else 1e-3, 1e-6)
+    want = sync_s * (1.0 - share) / (share * step_s)
+    return min(MAX_SYNC_EVERY, max(1, math.ceil(want)))
 
 
 def _check(optimizer: Any, model: Any, sync_every: Any, outer_lr: Any, outer_momentum: Any,

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -100,6 +101,8 @@ class OneBitAdam(torch.optim.Optimizer):
         self._wire: torch.Tensor | None = None
         self._avg: torch.Tensor | None = None
         self._fused = True  # torch's fused Adam kernel, until it refuses the parameters
+        #: seconds the last :meth:`step` spent in its collectives (coding included)
+        self.comm_s = 0.0
 
     def _params(self) -> list[torch.Tensor]:
         return [p for g in self.param_groups for p in g["params"]]
@@ -112,6 +115,7 @@ class OneBitAdam(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self.t += 1
+        self.comm_s = 0.0
         if self.frozen_at is None:
             self._warmup_step()
             if self._settled():
@@ -185,8 +189,7 @@ class OneBitAdam(torch.optim.Optimizer):
             else:
                 view.copy_(x)
             at += x.numel()
-        api.allreduce(wire, op="sum" if half else "avg", comm=self.comm, out=wire,
-                      timeout=self.timeout)
+        self._collective(wire, op="sum" if half else "avg")
         if half:
             flat.copy_(wire)
         out, at = [], 0
@@ -223,9 +226,8 @@ class OneBitAdam(torch.optim.Optimizer):
                           keep[at:at + p.numel()].view(p.shape)))
             at += p.numel()
         buf.mul_(scale).clamp_(-bound, bound)
-        api.allreduce(buf, op="avg", comm=self.comm, out=buf, timeout=self.timeout,
-                      compressor=self.feedback.compressor, feedback=self.feedback,
-                      name="onebit", step=self.t)
+        self._collective(buf, op="avg", compressor=self.feedback.compressor,
+                         feedback=self.feedback, name="onebit", step=self.t)
         # masked by ``keep`` (a masked coordinate's average may hold the others' rounding),
         # and the momentum by the denominator zeroed there: one pass each
         for (g, p, _), (units, d, k) in zip(grads, views, strict=True):
@@ -243,7 +245,7 @@ class OneBitAdam(torch.optim.Optimizer):
         frozen denominators (computed once, at the first step after the freeze)."""
         moms = [self._state(p)["exp_avg"].lerp(grad, 1 - g["betas"][0]) for g, p, grad in grads]
         flat = torch.cat([m.reshape(-1).float() for m in moms])
-        api.allreduce(flat, op="avg", comm=self.comm, out=flat, timeout=self.timeout)
+        self._collective(flat, op="avg")
         frozen = self.frozen_at
         assert frozen is not None
         if self._vector_denoms is None:
@@ -256,6 +258,12 @@ class OneBitAdam(torch.optim.Optimizer):
             st["exp_avg"].copy_(flat[at:at + m.numel()].view_as(m))
             p.addcdiv_(st["exp_avg"], d, value=-g["lr"] / (1 - g["betas"][0] ** self.t))
             at += m.numel()
+
+    def _collective(self, buf: torch.Tensor, **kwargs: Any) -> None:
+        """Allreduce ``buf`` in place, its time added to :attr:`comm_s`."""
+        t0 = time.perf_counter()
+        api.allreduce(buf, comm=self.comm, out=buf, timeout=self.timeout, **kwargs)
+        self.comm_s += time.perf_counter() - t0
 
     def _frozen(self, params: list[tuple[dict, torch.Tensor]]
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float]:

@@ -111,7 +111,8 @@ def _train(name: str, t: Any, args: argparse.Namespace, mpi: Any,
         losses.append(st.loss)
         if state is not None:
             state.observe_loss(st.loss)  # the quality signal the automatic policy checks
-        hook = 0.0 if state is None else steps.hook_seconds(state, step)
+        hook = getattr(opt, "comm_s", 0.0) if state is None \
+            else steps.hook_seconds(state, step)
         parts.append((st.forward, st.backward, st.optimizer, hook))
         done = step + 1
         if not compute and (done % args.eval_every == 0 or done == args.steps):
@@ -140,13 +141,18 @@ def _train(name: str, t: Any, args: argparse.Namespace, mpi: Any,
         if name in OPTIMIZERS else payload_bytes(name, model.module, state),
         "mean_ms": float(per_step.mean()) * 1e3,
         "median_ms": float(np.median(per_step[warm:])) * 1e3,
-        "split_ms": steps.split_ms(parts, warm, mpi, with_hook=state is not None),
+        "split_ms": steps.split_ms(parts, warm, mpi, with_hook=state is not None
+                                  or hasattr(opt, "comm_s")),
         "first10_s": float(per_step[:10].sum()), "train_s": float(clock[-1]),
         "final_loss": float(mean_loss[-10:].mean()), "losses": mean_loss.tolist(),
         # (local steps: the ranks' weights differ between syncs by design)
         "ranks_agree": None if compute or name in ("diloco", "postlocal") else agree,
         "step_times_ms": (per_step * 1e3).tolist()}
     row["mb_per_step"] = row["bytes_per_step"] / 1e6
+    if name == "onebit":
+        row["frozen_at"] = opt.frozen_at
+    elif name == "diloco":
+        row["sync_every"], row["compressor"] = opt.sync_every, opt.compressor
     row["worst5_x"] = steps.worst_stretch(row["step_times_ms"], row["median_ms"])
     if state is not None:
         if getattr(state.policy, "adaptive", False):

@@ -17,7 +17,9 @@ All after warm-up (the first ``max(5, --start-step + 3)`` steps left out):
     end of backward;
   - ``optimizer``: ``opt.step()`` and ``zero_grad``;
   - ``hook`` (our hooks only): the time spent inside our hook, summed over the step's buckets
-    (compression and posting; from the hook's timeline, ``launched - start``);
+    (compression and posting; from the hook's timeline, ``launched - start``); for our
+    optimizers (``diloco``, ``onebit``) the time their ``step()`` spent in its collectives,
+    coding included (``opt.comm_s``), a part of ``optimizer``;
   - ``exposed_wait`` (when the ``compute`` run is there, not for it): backward less the
     compute-only run's backward: what synchronising gradients adds to backward. For our hooks
     it includes ``hook``; the rest is bucket copies and the wait communication did not hide.
