@@ -26,10 +26,11 @@ else sends float32; one rank alone sends nothing.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -168,6 +169,27 @@ class DiLoCo:
                 n = p.numel()
                 p.copy_(self._master[at:at + n].view_as(p))
                 at += n
+
+    @contextlib.contextmanager
+    def global_weights(self) -> Iterator[torch.nn.Module]:
+        """The model with the global weights (the last outer step's) in place of its local
+        ones, which come back on exit: evaluate or save the model DiLoCo trains, between
+        syncs as well. Not collective; no step inside.
+
+        Example::
+
+            >>> with opt.global_weights() as m:
+            ...     val_loss = evaluate(m)
+        """
+        with torch.no_grad():
+            local = [p.detach().clone() for p in self.params]
+            self._load()
+        try:
+            yield self.model
+        finally:
+            with torch.no_grad():
+                for p, mine in zip(self.params, local, strict=True):
+                    p.copy_(mine)
 
     # -- "auto" -----------------------------------------------------------------------------
     def _choose_sync_every(self) -> int:

@@ -7,7 +7,8 @@
   bit for bit;
 - settings that differ between ranks raise MismatchError on every rank; bad arguments a
   ValueError naming them (and MismatchError on the ranks that passed good ones);
-- "auto" settles on the same sync_every on every rank.
+- "auto" settles on the same sync_every on every rank;
+- global_weights() puts the global weights in the model between syncs, and the local ones back.
 """
 
 from __future__ import annotations
@@ -80,6 +81,12 @@ def compressed_syncs(chk: Checker) -> None:
     train(m, opt, range(9, 10))
     spread = WORLD.allgather(float(np.abs(flat(m)).sum()))
     chk.check(P == 1 or len(set(spread)) > 1, "between syncs every rank has its own weights")
+    local = flat(m)
+    with opt.global_weights() as g:
+        chk.check(g is m and np.array_equal(flat(m), opt._master.detach().numpy()),
+                  "global_weights(): the last outer step's weights in the model")
+        chk.identical(flat(m), "global_weights(): the same on every rank")
+    chk.check(np.array_equal(flat(m), local), "global_weights(): the local weights back after")
 
 
 def resume(chk: Checker) -> None:

@@ -82,9 +82,16 @@ def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     return models, ["ddp", *(r for r in dict.fromkeys(runs) if r != "ddp")]
 
 
-def _quality(t: Any, model: Any, mpi: Any) -> float:
-    """The test quality, measured on rank 0 (every rank has the same weights)."""
-    return mpi.bcast(t.evaluate(model.module) if mpi.rank == 0 else None, root=0)
+def _quality(t: Any, model: Any, mpi: Any, opt: Any = None) -> float:
+    """The test quality, measured on rank 0 (every rank has the same weights); for DiLoCo
+    (``opt`` has ``global_weights``) the model it trains, the last outer step's weights,
+    not rank 0's local ones between syncs."""
+    if mpi.rank != 0:
+        return mpi.bcast(None, root=0)
+    if hasattr(opt, "global_weights"):
+        with opt.global_weights():
+            return mpi.bcast(t.evaluate(model.module), root=0)
+    return mpi.bcast(t.evaluate(model.module), root=0)
 
 
 def _train(name: str, t: Any, args: argparse.Namespace, mpi: Any,
@@ -104,7 +111,7 @@ def _train(name: str, t: Any, args: argparse.Namespace, mpi: Any,
     times: list[float] = []
     losses: list[float] = []
     parts: list[tuple[float, ...]] = []  # per step: forward, backward, optimizer, hook
-    evals = [] if compute else [(0, _quality(t, model, mpi))]
+    evals = [] if compute else [(0, _quality(t, model, mpi, opt))]
     for step in range(args.steps):  # the clock runs in the steps only, not in evaluations
         st = common.split_step(model, t, opt, step, args, mpi, compute_only=compute)
         times.append(st.seconds)
@@ -116,7 +123,7 @@ def _train(name: str, t: Any, args: argparse.Namespace, mpi: Any,
         parts.append((st.forward, st.backward, st.optimizer, hook))
         done = step + 1
         if not compute and (done % args.eval_every == 0 or done == args.steps):
-            evals.append((done, _quality(t, model, mpi)))
+            evals.append((done, _quality(t, model, mpi, opt)))
             if (goal is not None and args.stop_at_target
                     and goal.reached_last([q for _, q in evals])):
                 break
