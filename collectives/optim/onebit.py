@@ -19,8 +19,10 @@ parameters (biases, norm scales) keep full precision momenta, in one collective 
 
 ``freeze_step="auto"`` freezes once the norm of the bias-corrected v changed by less than
 ``FREEZE_TOLERANCE`` of itself over the last ``FREEZE_WINDOW`` steps (and not before
-``FREEZE_MIN`` steps). v is the same on every rank (it is built from averaged gradients),
-so every rank freezes at the same step.
+``FREEZE_MIN`` steps). v is built from averaged gradients, so the ranks should agree; they
+do not rely on it: each rank's vote rides one element of the next warm-up collective, and all
+of them freeze after that step when every rank voted (they all read the same sum). The
+collectives compare their arguments across ranks the first time of each kind only.
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ class OneBitAdam(torch.optim.Optimizer):
         self._fused = True  # torch's fused Adam kernel, until it refuses the parameters
         #: seconds the last :meth:`step` spent in its collectives (coding included)
         self.comm_s = 0.0
+        self._checked: set[str] = set()  # collectives compared across ranks once
 
     def _params(self) -> list[torch.Tensor]:
         return [p for g in self.param_groups for p in g["params"]]
@@ -117,8 +120,11 @@ class OneBitAdam(torch.optim.Optimizer):
         self.t += 1
         self.comm_s = 0.0
         if self.frozen_at is None:
-            self._warmup_step()
-            if self._settled():
+            # "auto": this rank's vote that v had settled by the last step travels in this
+            # step's collective; all ranks read the same count, so all freeze together
+            votes = self._warmup_step(self.freeze_step == "auto" and self._settled())
+            if (votes > self.comm.size - 0.5 if self.freeze_step == "auto"
+                    else self.t >= int(self.freeze_step)):
                 self._freeze()
         else:
             self._compressed_step()
@@ -136,13 +142,14 @@ class OneBitAdam(torch.optim.Optimizer):
                 out.append((g, p, grad))
         return out
 
-    def _warmup_step(self) -> None:
+    def _warmup_step(self, vote: bool) -> float:
         """Adam on the averaged gradient (``warmup_compressor``: fp16 or none), weight decay
         added after the average, as torch.optim.Adam on DDP's averaged gradient: torch's own
         Adam arithmetic, its fused kernel where this torch has one for the parameters (one
-        pass over them; the per-tensor loop cost about ten times as much on gpt)."""
+        pass over them; the per-tensor loop cost about ten times as much on gpt). Returns
+        the number of ranks whose ``vote`` was true (sent in the same collective)."""
         grads = self._grads(decay=False)
-        avg = self._average([gr for _, _, gr in grads])
+        avg, votes = self._average([gr for _, _, gr in grads], vote)
         at = 0
         for g in self.param_groups:
             n = len(g["params"])
@@ -169,12 +176,15 @@ class OneBitAdam(torch.optim.Optimizer):
                                      for p in self._params()])
         self.vnorms.append(float(torch.linalg.vector_norm(torch.stack(norms)))
                            / (1 - self.param_groups[0]["betas"][1] ** self.t))
+        return votes
 
-    def _average(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The ranks' average of ``grads``, one collective over all of them, in kept flat
-        buffers: with fp16, each gradient divided by the ranks and rounded in one pass (the
+    def _average(self, grads: list[torch.Tensor], vote: bool
+                 ) -> tuple[list[torch.Tensor], float]:
+        """The ranks' average of ``grads``, and how many ranks ``vote``, in one collective
+        over kept flat buffers (the vote one element after the gradients, summed, not
+        averaged): with fp16, each gradient divided by the ranks and rounded in one pass (the
         sum cannot overflow), summed, and widened back in one more."""
-        n = sum(x.numel() for x in grads)
+        n = sum(x.numel() for x in grads) + 1
         half = self.warmup_compressor == "fp16"
         if self._wire is None or self._wire.numel() != n:
             self._wire = torch.empty(n, dtype=torch.float16 if half else torch.float32)
@@ -189,14 +199,16 @@ class OneBitAdam(torch.optim.Optimizer):
             else:
                 view.copy_(x)
             at += x.numel()
-        self._collective(wire, op="sum" if half else "avg")
+        wire[at] = float(vote) if half else float(vote) * p  # "avg" divides it by p
+        self._collective("warm-up", wire, op="sum" if half else "avg")
         if half:
             flat.copy_(wire)
+        votes = float(flat[at])
         out, at = [], 0
         for x in grads:
             out.append(flat[at:at + x.numel()].view(x.shape).to(x.dtype))
             at += x.numel()
-        return out
+        return out, votes
 
     def _compressed_step(self) -> None:
         """Fold this rank's gradient into the momentum, average the momenta (compressed for
@@ -226,7 +238,7 @@ class OneBitAdam(torch.optim.Optimizer):
                           keep[at:at + p.numel()].view(p.shape)))
             at += p.numel()
         buf.mul_(scale).clamp_(-bound, bound)
-        self._collective(buf, op="avg", compressor=self.feedback.compressor,
+        self._collective("momenta", buf, op="avg", compressor=self.feedback.compressor,
                          feedback=self.feedback, name="onebit", step=self.t)
         # masked by ``keep`` (a masked coordinate's average may hold the others' rounding),
         # and the momentum by the denominator zeroed there: one pass each
@@ -245,7 +257,7 @@ class OneBitAdam(torch.optim.Optimizer):
         frozen denominators (computed once, at the first step after the freeze)."""
         moms = [self._state(p)["exp_avg"].lerp(grad, 1 - g["betas"][0]) for g, p, grad in grads]
         flat = torch.cat([m.reshape(-1).float() for m in moms])
-        self._collective(flat, op="avg")
+        self._collective("vectors", flat, op="avg")
         frozen = self.frozen_at
         assert frozen is not None
         if self._vector_denoms is None:
@@ -259,10 +271,14 @@ class OneBitAdam(torch.optim.Optimizer):
             p.addcdiv_(st["exp_avg"], d, value=-g["lr"] / (1 - g["betas"][0] ** self.t))
             at += m.numel()
 
-    def _collective(self, buf: torch.Tensor, **kwargs: Any) -> None:
-        """Allreduce ``buf`` in place, its time added to :attr:`comm_s`."""
+    def _collective(self, kind: str, buf: torch.Tensor, **kwargs: Any) -> None:
+        """Allreduce ``buf`` in place, its time added to :attr:`comm_s`. The ranks compare
+        the call's arguments the first time of each ``kind`` only (the settings were compared
+        at construction, and each kind's buffer keeps its size): no extra round trip a step."""
         t0 = time.perf_counter()
-        api.allreduce(buf, comm=self.comm, out=buf, timeout=self.timeout, **kwargs)
+        api.allreduce(buf, comm=self.comm, out=buf, timeout=self.timeout,
+                      validate=None if kind not in self._checked else False, **kwargs)
+        self._checked.add(kind)
         self.comm_s += time.perf_counter() - t0
 
     def _frozen(self, params: list[tuple[dict, torch.Tensor]]
@@ -296,9 +312,8 @@ class OneBitAdam(torch.optim.Optimizer):
 
     # -- freezing ---------------------------------------------------------------------------
     def _settled(self) -> bool:
-        if self.freeze_step != "auto":
-            return self.t >= int(self.freeze_step)
-        if self.t < max(FREEZE_MIN, FREEZE_WINDOW + 1):
+        """Whether v's norm settled by the last warm-up step ("auto")."""
+        if len(self.vnorms) < max(FREEZE_MIN, FREEZE_WINDOW + 1):
             return False
         now, then = self.vnorms[-1], self.vnorms[-1 - FREEZE_WINDOW]
         return now > 0 and abs(now - then) <= FREEZE_TOLERANCE * now

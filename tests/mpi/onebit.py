@@ -5,7 +5,8 @@
 - after the freeze: bit-identical weights on every rank, v unchanged, the loss still falling,
   rows of an embedding no sample used never move;
 - a checkpoint at step k resumed in a fresh optimizer gives the uninterrupted run's weights;
-- settings that differ raise MismatchError on every rank; bad arguments name themselves.
+- settings that differ raise MismatchError on every rank; bad arguments name themselves;
+- "auto" freezes every rank at the same step, when every rank voted for it.
 """
 
 from __future__ import annotations
@@ -147,6 +148,15 @@ def auto_freeze(chk: Checker) -> None:
     chk.identical(np.array([opt.frozen_at or 0]), "auto: every rank froze at the same step")
     chk.check(opt.frozen_at is not None, f"auto froze within 80 steps ({opt.vnorms[-3:]})")
     chk.identical(flat(m), "auto: weights")
+    # the ranks freeze on the sum of their votes, never on their own reading of v
+    for settled, want in ((lambda: RANK == 0, None), (lambda: True, 1)):
+        m = net(3)
+        opt = OneBitAdam(m.parameters(), lr=1e-2)
+        opt._settled = settled  # type: ignore[method-assign]
+        train(m, opt, range(4))
+        chk.check(opt.frozen_at == want or (P == 1 and want is None),
+                  f"votes: frozen at {opt.frozen_at}, want {want}")
+        chk.identical(flat(m), "votes: weights")
 
 
 def rare_feature(chk: Checker) -> None:
