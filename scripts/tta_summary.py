@@ -136,7 +136,7 @@ def tables(records: list[dict[str, Any]], notes: list[tuple[str, str]]) -> list[
     if marked:
         out += ["", "Notes (\"measured\": the date recorded in the result and the commit that "
                 "brought it in):", ""]
-        out += [f"{i}. {', '.join(stems)}: {text}" for i, (text, stems) in
+        out += [f"{i}. {', '.join(dict.fromkeys(stems))}: {text}" for i, (text, stems) in
                 enumerate(marked.items(), 1)]
     return out
 
