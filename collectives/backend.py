@@ -87,6 +87,7 @@ from torch._C._distributed_c10d import AllgatherOptions  # not re-exported by di
 from . import torchwork
 from .config import defaults, resolve_timeout
 from .errors import MismatchError
+from .torchwork import deadline
 
 NAME = "compcoll"
 
@@ -447,41 +448,11 @@ def _sum_opts() -> Any:
     return opts
 
 
-def deadline(group_timeout: timedelta) -> float | None:
-    """Seconds each wait of a compressed call may go without progress: the group's timeout
-    (``init_process_group(timeout=...)``, as long as gloo would wait), or None, which is
-    ``collectives.defaults.timeout``, where ``COMPCOLL_TIMEOUT`` is set."""
-    seconds = group_timeout.total_seconds()
-    if defaults.chosen("timeout") or not 0 < seconds < float("inf"):
-        return None
-    return seconds
-
-
-def group_deadline(group: Any) -> float | None:
-    """:func:`deadline` for a torch.distributed process group: its own timeout (the one it
-    was made with, gloo's or NCCL's default otherwise, this backend's too), or None (the
-    defaults) where ``COMPCOLL_TIMEOUT`` or ``collectives.defaults.timeout`` was chosen or the
-    group does not say."""
-    import torch
-
-    for device in ("cuda", "cpu"):
-        try:
-            inner = group._get_backend(torch.device(device))
-        except (RuntimeError, AttributeError, ValueError):
-            continue
-        wait = getattr(getattr(inner, "options", None), "_timeout", None)
-        wait = getattr(inner, "_group_timeout", wait)
-        if isinstance(wait, timedelta):
-            return deadline(wait)
-    return None
-
-
 def _settings() -> BackendConfig:
     """The configuration in force, and the process-wide settings read now (a bad value
     raises ValueError naming its variable here, not in the middle of training): the
     defaults, the polling of waits and the launcher's variables that place this rank on a
     host."""
-    from .config import defaults
     from .topology import host_key
     from .transport.waiting import poll_settings
 

@@ -71,7 +71,6 @@ from compressors.dtypes import lookup
 from . import torchwork
 from .algorithms import ring
 from .algorithms.common import Job
-from .backend import group_deadline
 from .compressed import hierarchical, make_ctx, resolve_compressor
 from .compressed.checks import HIERARCHIES, check_feedback, known_hierarchy
 from .compressed.common import Ctx, wire_sizes
@@ -80,6 +79,7 @@ from .errors import MismatchError
 from .exchange import alltoallv
 from .progress import Handle
 from .topology import topology
+from .torchwork import group_deadline
 from .transport import as_communicator
 from .validation import agree, digest
 

@@ -9,8 +9,7 @@ blocking wait (gloo) wait for the segment that posted first.
 
 from __future__ import annotations
 
-from .algorithms.common import Steps
-from .transport.base import Request
+from .transport.base import Request, Steps
 
 
 class AnyOf(Request):

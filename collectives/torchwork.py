@@ -27,8 +27,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["FutureWork", "WaitedWork", "collect", "done", "failed", "from_future",
-           "then"]
+from .config import defaults
+
+__all__ = ["FutureWork", "WaitedWork", "collect", "deadline", "done", "failed",
+           "from_future", "group_deadline", "then"]
 
 
 class FutureWork(dist.Work):
@@ -197,3 +199,30 @@ def _future(work: Any) -> torch.futures.Future | None:
         return work.get_future()
     except RuntimeError:
         return None
+
+
+def deadline(group_timeout: timedelta) -> float | None:
+    """Seconds each wait of a compressed call may go without progress: the group's timeout
+    (``init_process_group(timeout=...)``, as long as gloo would wait), or None, which is
+    ``collectives.defaults.timeout``, where ``COMPCOLL_TIMEOUT`` is set."""
+    seconds = group_timeout.total_seconds()
+    if defaults.chosen("timeout") or not 0 < seconds < float("inf"):
+        return None
+    return seconds
+
+
+def group_deadline(group: Any) -> float | None:
+    """:func:`deadline` for a torch.distributed process group: its own timeout (the one it
+    was made with, gloo's or NCCL's default otherwise, this backend's too), or None (the
+    defaults) where ``COMPCOLL_TIMEOUT`` or ``collectives.defaults.timeout`` was chosen or the
+    group does not say."""
+    for device in ("cuda", "cpu"):
+        try:
+            inner = group._get_backend(torch.device(device))
+        except (RuntimeError, AttributeError, ValueError):
+            continue
+        wait = getattr(getattr(inner, "options", None), "_timeout", None)
+        wait = getattr(inner, "_group_timeout", wait)
+        if isinstance(wait, timedelta):
+            return deadline(wait)
+    return None

@@ -9,16 +9,14 @@ a float32 device array. Moving bytes between host and device is the caller's bus
 
 Error feedback's device residuals live in ``compressors.device_feedback``.
 
-Providers are asked in turn, the last registered first: ``codec_for(compressor, array)``
-returns a codec, or None where no provider has a twin of this compressor for this array (the
-caller then stages the whole buffer through host memory).
+Which codec runs a compressor on an array is asked of ``compressors.providers``.
 """
 
 from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,8 +26,7 @@ from ._wire import CHECKSUM_NBYTES, checksum
 from .base import Compressor
 from .payload import Param, checksum_enabled, header_bytes
 
-__all__ = ["DeviceArray", "DeviceCodec", "DevicePayload", "codec_for", "register_provider", "seal",
-           "unregister_provider", "wire_nbytes"]
+__all__ = ["DeviceArray", "DeviceCodec", "DevicePayload", "seal", "wire_nbytes"]
 
 
 @dataclass(frozen=True)
@@ -152,40 +149,6 @@ class DeviceCodec(Protocol):
     def scale(self, out: DeviceArray, factor: float) -> None:
         """out *= float32(factor)."""
         ...
-
-
-Provider = Callable[[Compressor, Any], "DeviceCodec | None"]
-_providers: list[Provider] = []
-_builtin_loaded = False
-
-
-def register_provider(provider: Provider) -> None:
-    """Add a provider; it is asked before those registered earlier."""
-    if provider not in _providers:
-        _providers.append(provider)
-
-
-def unregister_provider(provider: Provider) -> None:
-    """Remove a provider (no error if it was not registered)."""
-    if provider in _providers:
-        _providers.remove(provider)
-
-
-def codec_for(compressor: Compressor, array: Any) -> DeviceCodec | None:
-    """The device twin of ``compressor`` for ``array`` (a device array), or None."""
-    global _builtin_loaded
-    if getattr(array, "__cuda_array_interface__", None) is None:
-        return None
-    if not _builtin_loaded:  # the CuPy provider, asked after any registered by the caller
-        from .cuda.codec import provider
-
-        _providers.insert(0, provider)
-        _builtin_loaded = True
-    for p in reversed(_providers):
-        codec = p(compressor, array)
-        if codec is not None:
-            return codec
-    return None
 
 
 def wire_nbytes(payload: DevicePayload) -> int:

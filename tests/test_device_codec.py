@@ -8,7 +8,8 @@ import pytest
 import compressors
 from collectives.compressed import ondevice
 from compressors import DGCFeedback, ErrorFeedback, NoErrorFeedback
-from compressors import device as cdev
+from compressors import device as cdevice
+from compressors import providers as cdev
 from compressors.cuda import codec as cupy_codec
 from compressors.device import DeviceArray, DevicePayload
 from tests.mpi.fake_cuda import FakeDeviceArray, HostCodec, fake_provider, host_view
@@ -122,14 +123,14 @@ def test_staged_wire_bytes_are_the_host_payloads(spec: str) -> None:
     host = comp.compress(x, name="t", step=2)
     payload = HostCodec(comp).compress(DeviceArray.of(FakeDeviceArray(x)), name="t", step=2)
     assert isinstance(payload, DevicePayload)
-    wire = np.empty(cdev.wire_nbytes(payload), np.uint8)
+    wire = np.empty(cdevice.wire_nbytes(payload), np.uint8)
     head = np.frombuffer(payload.header(), np.uint8)
     wire[:head.size] = head
     pos = head.size
     for b in payload.buffers.values():
         wire[pos:pos + b.nbytes] = host_view(b).view(np.uint8)
         pos += b.nbytes
-    cdev.seal(wire)
+    cdevice.seal(wire)
     assert wire.tobytes() == host.to_bytes()
 
 

@@ -1,13 +1,26 @@
-"""The layers of ``collectives`` import one way, bottom to top (DESIGN, "Layout"): every
-import of every module, function-level and TYPE_CHECKING ones included, points to its own
-floor or one below, and no modules import each other in a circle."""
+"""The repository imports one way (DESIGN, "Layout").
+
+Across packages: ``compcoll`` and ``compcoll_bench`` -> ``collectives`` -> ``compressors``.
+Inside ``collectives``, every import of every module (function-level and TYPE_CHECKING ones
+included) points to its own floor or one below. In the whole repository no modules import
+each other in a circle, and neither do the subpackages and top modules of one package
+(``collectives.algorithms`` with ``collectives.interleave``, say)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent / "collectives"
+REPO = Path(__file__).resolve().parent.parent
+ROOT = REPO / "collectives"
+#: Every package of the repository, where its sources are, and its place in the one-way order:
+#: a package imports only packages of a lower rank.
+PACKAGES: dict[str, tuple[Path, int]] = {
+    "compressors": (REPO / "compressors", 0),
+    "collectives": (ROOT, 1),
+    "compcoll": (REPO / "compcoll", 2),
+    "compcoll_bench": (REPO / "bench" / "compcoll_bench", 2),
+}
 
 #: The floor of each module, by name prefix (the longest prefix that matches decides).
 FLOORS: dict[str, int] = {
@@ -136,3 +149,82 @@ def test_the_parser_sees_function_level_and_package_imports() -> None:
     assert "algorithms.ring" in edges["algorithms"]  # from . import ring
     assert "tuning" in edges["api"] and "api" in edges["tuner"]
     assert "transport.mpi" in edges["transport"]  # imported inside as_communicator
+
+
+def _repository() -> tuple[dict[str, Path], dict[str, set[str]]]:
+    """Every module of every package by its full dotted name, and what each imports (from the
+    repository's packages only; ``from a import b`` resolved to the submodule b where b is one)."""
+    mods: dict[str, Path] = {}
+    for top, (root, _) in PACKAGES.items():
+        for f in root.rglob("*.py"):
+            parts = [top, *f.relative_to(root).with_suffix("").parts]
+            mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for m, f in mods.items():
+        package = m.split(".") if f.name == "__init__.py" else m.split(".")[:-1]
+        for node in ast.walk(ast.parse(f.read_text())):
+            targets = []
+            if isinstance(node, ast.ImportFrom):
+                base = (package[:len(package) - (node.level - 1)] if node.level else [])
+                name = ".".join(base + (node.module.split(".") if node.module else []))
+                targets = [f"{name}.{a.name}" if f"{name}.{a.name}" in mods else name
+                           for a in node.names]
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    name = alias.name
+                    while name and name not in mods:
+                        name = name.rpartition(".")[0]
+                    targets.append(name)
+            edges[m].update(t for t in targets if t in mods and t != m)
+    return mods, edges
+
+
+def _grouped(edges: dict[str, set[str]], depth: int) -> dict[str, set[str]]:
+    """The import graph of the modules' first ``depth`` name parts (a package's subpackages and
+    top modules at depth 2), inside each package only."""
+    def key(m: str) -> str:
+        return ".".join(m.split(".")[:depth])
+    out: dict[str, set[str]] = {key(m): set() for m in edges}
+    for a, bs in edges.items():
+        out[key(a)].update(key(b) for b in bs
+                           if key(b) != key(a) and b.split(".")[0] == a.split(".")[0])
+    return out
+
+
+def _describe(circles: list[list[str]], edges: dict[str, set[str]]) -> str:
+    return "\n".join(", ".join(c) + "\n  " + "\n  ".join(
+        f"{a} -> {b}" for a in c for b in sorted(edges[a]) if b in c) for c in circles)
+
+
+def test_no_modules_of_the_repository_import_each_other_in_a_circle() -> None:
+    _, edges = _repository()
+    circles = _circles(edges)
+    assert not circles, "modules that import each other in a circle:\n" + _describe(circles, edges)
+
+
+def test_no_subpackages_or_top_modules_of_a_package_import_each_other_in_a_circle() -> None:
+    grouped = _grouped(_repository()[1], 2)
+    circles = _circles(grouped)
+    assert not circles, "parts of a package in a circle:\n" + _describe(circles, grouped)
+
+
+def test_the_packages_import_one_way() -> None:
+    _, edges = _repository()
+    against = sorted(f"{a} imports {b}" for a, bs in edges.items() for b in bs
+                     if PACKAGES[b.split(".")[0]][1] >= PACKAGES[a.split(".")[0]][1]
+                     and b.split(".")[0] != a.split(".")[0])
+    assert not against, "imports against the order compcoll, compcoll_bench -> collectives " \
+        "-> compressors:\n" + "\n".join(against)
+
+
+def test_the_repository_scan_sees_every_package_and_import_form() -> None:
+    mods, edges = _repository()
+    assert {m.split(".")[0] for m in mods} == set(PACKAGES)
+    assert "compressors.providers" in edges["collectives.compressed.routing"]
+    assert "compcoll_bench.registry" in edges["compcoll_bench.commands.tune"]
+    grouped = _grouped(edges, 2)
+    assert "collectives.transport" in grouped["collectives.interleave"]
+    # a planted circle is found
+    planted = {k: set(v) for k, v in grouped.items()}
+    planted["collectives.transport"].add("collectives.interleave")
+    assert _circles(planted)

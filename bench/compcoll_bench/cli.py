@@ -1,7 +1,7 @@
 """The ``compcoll`` command line: the subcommands of ``compcoll_bench.commands`` behind one parser.
 
 A subcommand is a function ``run(args) -> exit code`` registered under its words, in a module
-that ``commands.CATALOG`` names together with the command's one-line help and an example::
+that ``registry.CATALOG`` names together with the command's one-line help and an example::
 
     @command("bench allreduce", arguments=add_arguments)
     def run(args: argparse.Namespace) -> int: ...
@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import NoReturn
 
-from .commands import CATALOG, load
-
-Runner = Callable[[argparse.Namespace], int]
+from .commands import load
+from .registry import CATALOG, COMMANDS, UsageError, command  # noqa: F401  (commands' API)
 
 DESCRIPTION = """\
 Benchmark, tune and check compcoll's compressed collectives on this machine: time allreduce
@@ -34,42 +32,11 @@ crossover table that algorithm "auto" uses, forecast a cluster with the cost mod
 small models with PyTorch's DDP hooks and compcoll's."""
 
 
-@dataclass(frozen=True)
-class Command:
-    """A subcommand: its words, its options and the function that runs it."""
-
-    name: str
-    arguments: Callable[[argparse.ArgumentParser], None]
-    run: Runner
-
-
-COMMANDS: dict[str, Command] = {}
-
-
-class UsageError(Exception):
-    """An argument (or combination) the command cannot run with; the message names the
-    problem and what would work. ``main`` prints it as one line and exits with status 2."""
-
-
 class Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line and exit code 2."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"compcoll: error: {message} (see '{self.prog} -h')\n")
-
-
-def command(name: str, *, arguments: Callable[[argparse.ArgumentParser], None] | None = None
-            ) -> Callable[[Runner], Runner]:
-    """Register the decorated function as the subcommand ``name`` (words separated by spaces,
-    an entry of ``commands.CATALOG``)."""
-    def register(run: Runner) -> Runner:
-        if name not in CATALOG:
-            raise ValueError(f"command {name!r} is not in commands.CATALOG")
-        if name in COMMANDS:
-            raise ValueError(f"command {name!r} is already registered")
-        COMMANDS[name] = Command(name, arguments or (lambda parser: None), run)
-        return run
-    return register
 
 
 def version() -> str:

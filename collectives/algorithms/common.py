@@ -8,7 +8,6 @@ deadline on every wait.
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,9 +15,7 @@ import numpy as np
 from compressors.dtypes import DType
 
 from ..ops import combine
-from ..transport.base import Communicator, Request
-
-Steps = Generator[list[Request], None, None]
+from ..transport.base import Communicator, Request, Steps
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Compressed allreduce of a device buffer through its compressor's device twin.
 
-When the input is a device array and ``compressors.device.codec_for`` has a codec for it, the
+When the input is a device array and ``compressors.providers.codec_for`` has a codec for it, the
 allgather and reduce-scatter/allgather schemes run their codec steps on the device: only
 payloads cross PCIe. A payload is copied device->host into pinned staging (its header is
 written on the host, its checksum computed there), exchanged, and each received payload is

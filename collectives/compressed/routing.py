@@ -3,7 +3,7 @@
 The input must be a C-contiguous float32 device array (a CUDA torch tensor, a CuPy array, or
 any object exposing __cuda_array_interface__), the feedback none or plain, the scheme one of
 ``SCHEMES``, and a provider must have a device twin of the compressor
-(``compressors.device.codec_for``). Otherwise the whole buffer is staged through host memory.
+(``compressors.providers.codec_for``). Otherwise the whole buffer is staged through host memory.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from compressors import ErrorFeedback
-from compressors import device as dev
+from compressors import ErrorFeedback, providers
 from compressors.arrays import cai_contiguous, cuda_interface, is_torch
 from compressors.device import DeviceCodec
 from compressors.feedback import NoErrorFeedback
@@ -39,7 +38,7 @@ def route(buf: Any, out: Any, comp: Any, feedback: ErrorFeedback | None) -> Devi
             return None  # staging raises the clear error for a bad out
     if feedback is not None and not plain(feedback):
         return None
-    return dev.codec_for(comp, plain_array(buf))
+    return providers.codec_for(comp, plain_array(buf))
 
 
 def plain_array(obj: Any) -> Any:

@@ -114,7 +114,7 @@ class CompressionState:
             else:
                 import torch.distributed as dist
 
-                from ..backend import group_deadline
+                from ..torchwork import group_deadline
 
                 group = self.process_group or dist.group.WORLD
                 self._comm = as_communicator(group)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,11 @@ class Request(ABC):
     def block(self, seconds: float) -> bool:
         """Blocking wait of at most ``seconds``; True if completed (engines with blocking=True)."""
         return self.test()
+
+
+#: An algorithm run as a generator: it posts nonblocking sends and receives and yields the
+#: requests it must see complete before it goes on (``collectives.progress`` drives it).
+Steps = Generator[list[Request], None, None]
 
 
 @dataclass
@@ -262,7 +268,8 @@ class Communicator(ABC):
         return f"<{type(self).__name__} rank {self.rank} of {self.size}>"
 
 
-__all__ = ["CommCache", "Communicator", "Request", "share_bytes", "test_all", "wait_all"]
+__all__ = ["CommCache", "Communicator", "Request", "Steps", "share_bytes", "test_all",
+           "wait_all"]
 
 
 def share_bytes(comm: Any, data: bytes | None, *, collective: str = "share_bytes",

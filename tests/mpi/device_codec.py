@@ -15,7 +15,7 @@ from collectives import device
 from collectives.algorithms.common import partition
 from collectives.config import defaults
 from compressors import ErrorFeedback, device_feedback
-from compressors import device as cdev
+from compressors import providers as cdev
 
 from common import WORLD, Checker
 from fake_cuda import FakeDeviceArray, HostRuntime, fake_provider

@@ -29,7 +29,7 @@ from collectives.algorithms import REGISTRY, modeled
 from collectives.algorithms import get as get_algorithm
 from compressors import dtypes
 
-from ..cli import UsageError, command
+from ..registry import UsageError, command
 from . import bench_report as report
 from . import checks
 from . import emulate as emulated

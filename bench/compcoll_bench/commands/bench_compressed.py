@@ -18,7 +18,7 @@ import numpy as np
 from collectives import pricing
 from collectives.compressed.checks import HIERARCHIES
 
-from ..cli import UsageError, command
+from ..registry import UsageError, command
 from . import bench_report as report
 from . import checks
 from . import emulate as emulated

@@ -21,7 +21,7 @@ from collectives import allreduce
 from collectives.algorithms import REGISTRY
 from compressors import dtypes
 
-from ..cli import UsageError
+from ..registry import UsageError
 from . import bench_data as data
 from .bench_case import BASELINE
 from .benchlib import Timing, time_calls

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cli import command
+from ..registry import command
 from . import checks
 from . import emulate as emulated
 from . import train_common as common

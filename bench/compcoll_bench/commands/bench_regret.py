@@ -24,7 +24,7 @@ from typing import Any
 
 from collectives.algorithms import modeled
 
-from ..cli import UsageError, command
+from ..registry import UsageError, command
 from . import checks
 from .bench_report import REGRET_FROM
 

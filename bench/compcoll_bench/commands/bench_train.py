@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cli import command
+from ..registry import command
 from . import emulate as emulated
 from . import train_common as common
 from . import train_report as report

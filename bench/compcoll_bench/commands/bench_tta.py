@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cli import UsageError, command
+from ..registry import UsageError, command
 from . import checks, tta_repeat
 from . import emulate as emulated
 from . import train_common as common

@@ -2,7 +2,7 @@
 
 Each check runs before any rank starts or any time is measured, and says what would work.
 The ``type=`` functions raise ``argparse.ArgumentTypeError`` (argparse prints them as usage
-errors); the others raise :class:`compcoll_bench.cli.UsageError`.
+errors); the others raise :class:`compcoll_bench.registry.UsageError`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from ..cli import UsageError
+from ..registry import UsageError
 
 
 def _number(kind: type, low: float, strict: bool, what: str) -> Callable[[str], float]:

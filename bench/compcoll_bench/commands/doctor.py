@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from compressors import kernels
 
-from ..cli import command
+from ..registry import command
 
 
 @dataclass(frozen=True)

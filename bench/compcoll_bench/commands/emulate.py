@@ -12,7 +12,7 @@ from types import FrameType
 from typing import Any
 
 from .. import emulate
-from ..cli import UsageError, command
+from ..registry import UsageError, command
 from . import checks
 from .launch import find_mpiexec, without_np
 

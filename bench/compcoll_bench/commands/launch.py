@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..cli import UsageError
+from ..registry import UsageError
 from .checks import positive_int
 
 # Set by process managers (Hydra/PMI, PMIx, Open MPI) in every rank they start.

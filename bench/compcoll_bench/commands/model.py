@@ -17,7 +17,7 @@ from typing import Any
 from collectives import costmodel, defaults
 
 from .. import emulate, forecast
-from ..cli import UsageError, command
+from ..registry import UsageError, command
 from . import checks
 from .benchlib import bus_bandwidth, parse_size
 from .launch import LAUNCHER_VARS, relaunch

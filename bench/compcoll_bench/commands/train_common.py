@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..cli import UsageError
+from ..registry import UsageError
 from . import checks
 from . import emulate as emulated
 from .launch import LAUNCHER_VARS, add_np_argument, relaunch, without_np

@@ -15,7 +15,7 @@ import json
 from collectives import as_communicator, costmodel, tuner
 from collectives import tuning as tuning_mod
 
-from ..cli import UsageError, command
+from ..registry import UsageError, command
 from . import checks
 from .benchlib import comment, parse_size, size_sweep
 from .launch import add_np_argument, relaunch, without_np

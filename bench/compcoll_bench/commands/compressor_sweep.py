@@ -1,6 +1,6 @@
 """Compressor benchmark: throughput, compression ratio and error, plus kernel side-by-sides.
 
-Run: ``compcoll bench compressors`` (or ``python -m compcoll_bench.compressor_sweep``): it
+Run: ``compcoll bench compressors`` (or ``python -m compcoll_bench.commands.compressor_sweep``): it
 writes ``compcoll-results/compressors.json`` and a Markdown table beside it, unless ``--out``
 says where (the committed summary: ``--out bench/results/compressors/compressors.json``).
 Throughput is GB/s of float32 input, median over repeats, with preallocated outputs (payload
@@ -23,8 +23,8 @@ import numpy as np
 import compressors
 from compressors import kernels
 
-from .cli import UsageError
-from .commands.checks import output_file, output_path
+from ..registry import UsageError
+from .checks import output_file, output_path
 
 SPECS = ["none", "fp16", "bf16", "uniform:bits=8", "uniform:bits=4", "uniform:bits=2",
          "uniform:bits=8,stochastic=false", "qsgd:levels=127", "terngrad", "sign",
@@ -189,7 +189,7 @@ DEFAULT_OUT = Path("compcoll-results") / "compressors.json"
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The benchmark's options (``compcoll bench compressors`` and ``python -m
-    compcoll_bench.compressor_sweep``)."""
+    compcoll_bench.commands.compressor_sweep``)."""
     ap.add_argument("--out", type=output_file, metavar="PATH",
                     help="JSON result file; a Markdown table is written beside it (.md). "
                          f"Default: {DEFAULT_OUT} (the folder is created)")
@@ -208,7 +208,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def check(args: argparse.Namespace) -> tuple[Path, Path]:
     """(JSON path, Markdown path) of the run; arguments that cannot work are refused here,
-    before anything is timed (:class:`~compcoll_bench.cli.UsageError`). The default output
+    before anything is timed (:class:`~compcoll_bench.registry.UsageError`). The default output
     folder is created."""
     if min(args.sizes) < 1 or min(args.threads) < 1 or args.repeats < 1:
         raise UsageError("--sizes, --threads and --repeats take integers >= 1")
