@@ -32,3 +32,13 @@ def test_diloco_auto_sync_every_prices_the_sync_against_whole_steps() -> None:
     assert diloco.sync_every_for([0.155, 0.16, 0.15], [0.1, 0.1, 0.1], 0.1) == 17
     assert diloco.sync_every_for([0.2] * 3, [0.001] * 3, 0.1) == 1  # a cheap sync: every step
     assert diloco.sync_every_for([1.0] * 3, [0.99] * 3, 0.01) == diloco.MAX_SYNC_EVERY
+
+
+def test_diloco_auto_outer_step_averages_close_syncs_and_is_nesterov_for_far_ones() -> None:
+    """Nesterov (0.7, 0.9) multiplies the progress of aligned close syncs by 7: on gpt, syncs 4
+    steps apart ended at a loss of 4.38 with it against 2.90 averaging (DDP 2.89)."""
+    from collectives.optim import diloco
+
+    assert diloco.outer_for(1) == diloco.outer_for(4) == (1.0, 0.0)
+    assert diloco.outer_for(diloco.NESTEROV_FROM - 1) == (1.0, 0.0)
+    assert diloco.outer_for(diloco.NESTEROV_FROM) == diloco.outer_for(1000) == (0.7, 0.9)

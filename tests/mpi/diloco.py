@@ -20,6 +20,7 @@ import torch
 
 import collectives
 from collectives.optim import DiLoCo
+from collectives.optim.diloco import NESTEROV_FROM, outer_for
 
 from common import WORLD, Checker
 
@@ -126,6 +127,7 @@ def mismatch(chk: Checker) -> None:
         chk.check(words in str(exc) or isinstance(exc, collectives.MismatchError),
                   f"rank {RANK}: {type(exc).__name__}: {exc}")
     for kwargs, words in (({"outer_lr": -1.0}, "outer_lr must be"),
+                          ({"outer_lr": "fast"}, "outer_lr must be 'auto' or a number"),
                           ({"outer_momentum": 1.0}, "outer_momentum must be"),
                           ({"compressor": "bogus"}, "bogus"),
                           ({"compressor": "powersgd:rank=4"}, "flat pseudo-gradient")):
@@ -139,8 +141,23 @@ def mismatch(chk: Checker) -> None:
 def auto(chk: Checker) -> None:
     m = model()
     opt = DiLoCo(torch.optim.AdamW(m.parameters(), lr=1e-2), m)
-    train(m, opt, range(12))
+    train(m, opt, range(2))
+    chk.check(opt.sync_every is None and opt.outer_settings == (1.0, 0.0),
+              f"auto outer step while probing: averaging, got {opt.outer_settings}")
+    train(m, opt, range(2, 12))
     chk.check(opt.sync_every is not None and opt.sync_every >= 1, f"auto: {opt.sync_every}")
+    chk.check(opt.outer_settings == outer_for(opt.sync_every),
+              f"auto outer step for H={opt.sync_every}: {opt.outer_settings}")
+    for kwargs, want in (({"sync_every": 4}, (1.0, 0.0)),
+                         ({"sync_every": NESTEROV_FROM}, (0.7, 0.9)),
+                         ({"sync_every": 4, "outer_lr": 0.5}, (0.5, 0.0)),
+                         ({"sync_every": 200, "outer_momentum": 0.0}, (0.7, 0.0)),
+                         ({"sync_every": 2, "outer_lr": 0.7, "outer_momentum": 0.9},
+                          (0.7, 0.9))):
+        got = DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), m, compressor="none",
+                     **kwargs)
+        chk.check(got.outer_settings == want and got.outer.param_groups[0]["nesterov"]
+                  == (want[1] > 0), f"{kwargs}: outer step {got.outer_settings}, want {want}")
     chk.identical(np.array([opt.sync_every or 0, opt.syncs]), "auto: the same H and syncs")
     chk.check(opt.compressor in ("none", "uniform:bits=8,bucket_size=512,seed=0,"
                                  "stochastic=True") or opt.compressor.startswith("uniform"),
