@@ -160,6 +160,7 @@ def _train(name: str, t: Any, args: argparse.Namespace, mpi: Any,
         row["frozen_at"] = opt.frozen_at
     elif name == "diloco":
         row["sync_every"], row["compressor"] = opt.sync_every, opt.compressor
+        row["outer"] = list(opt.outer_settings)  # the outer step's (lr, momentum)
     row["worst5_x"] = steps.worst_stretch(row["step_times_ms"], row["median_ms"])
     if state is not None:
         if getattr(state.policy, "adaptive", False):
