@@ -62,8 +62,9 @@ AUTO_COMPRESSOR = "uniform:bits=8"
 #: over runs of tens of thousands of steps). Below it the outer step averages: Nesterov's
 #: steady gain lr / (1 - momentum) = 7 multiplies the inner optimizer's progress between
 #: strongly aligned syncs. Measured on the bundled gpt (4 ranks, AdamW, 300 steps, DDP's
-#: loss 2.890): syncs 4 steps apart end at 2.900 averaging, 2.934 with (0.7, 0.5) and 4.376
-#: with (0.7, 0.9); syncs 32 steps apart end at 3.111 with (0.7, 0.9).
+#: loss 2.890): syncs 4 steps apart end at 2.900 averaging and 2.934 with (0.7, 0.5), and with
+#: (0.7, 0.9) at 3.985 (1 Gbit/s links); syncs at auto's interval on shared memory end at 4.376
+#: with (0.7, 0.9), syncs 32 steps apart at 3.111.
 NESTEROV_FROM = 100
 
 
