@@ -2,6 +2,8 @@
 
 - freeze_step past the end: torch.optim.Adam on the averaged gradient (exact with
   warmup_compressor="none", within fp16's rounding with the default);
+- after the freeze with uncompressed momenta: Adam with v frozen at the freeze, on the averaged
+  gradient (matrices' m / denominator clipped to Adam's bound, zero where v is zero);
 - after the freeze: bit-identical weights on every rank, v unchanged, the loss still falling,
   rows of an embedding no sample used never move;
 - a checkpoint at step k resumed in a fresh optimizer gives the uninterrupted run's weights;
@@ -85,6 +87,46 @@ def adam_before_the_freeze(chk: Checker) -> None:
         err = float(np.abs(flat(m) - flat(ref)).max())
         chk.check(err < tol, f"warm-up {warm}: Adam on the averaged gradient ({err:.2e})")
         chk.check(opt.frozen_at is None, "not frozen before freeze_step")
+
+
+def frozen_is_adam_with_v_frozen(chk: Checker) -> None:
+    """compressor="none": after the freeze, each step is Adam's with v as it was at the freeze,
+    written out here from the formula (not from the optimizer's own arithmetic)."""
+    lr, wd, freeze, b1, b2, eps = 1e-2, 0.01, 8, 0.9, 0.999, 1e-8
+    m = net(5)
+    opt = OneBitAdam(m.parameters(), lr=lr, weight_decay=wd, freeze_step=freeze,
+                     compressor="none", warmup_compressor="none")
+    ref = copy.deepcopy(m)
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=lr, weight_decay=wd)
+    train(m, opt, range(20))
+    for step in range(freeze):
+        loss_of(ref, step).backward()
+        for p in ref.parameters():
+            p.grad = torch.from_numpy(collectives.allreduce(p.grad.numpy(), op="avg"))
+        ref_opt.step()
+        ref_opt.zero_grad()
+    bound = adam_bound(b1, b2)
+    state = {p: (ref_opt.state[p]["exp_avg"].clone(),
+                 ref_opt.state[p]["exp_avg_sq"].sqrt() / (1 - b2 ** freeze) ** 0.5 + eps,
+                 ref_opt.state[p]["exp_avg_sq"] > 0) for p in ref.parameters()}
+    for step in range(freeze, 20):
+        loss_of(ref, step).backward()
+        t = step + 1
+        with torch.no_grad():
+            for p in ref.parameters():
+                grad = torch.from_numpy(collectives.allreduce(p.grad.numpy(), op="avg"))
+                mom, denom, seen = state[p]
+                mom.mul_(b1).add_(grad + wd * p, alpha=1 - b1)
+                if p.dim() >= 2:  # matrices: Adam's units, clipped, zero where v is zero
+                    units = torch.where(seen, (mom / denom).clamp(-bound, bound), 0.0)
+                    mom.copy_(units * torch.where(seen, denom, 0.0))
+                else:
+                    units = mom / denom
+                p.sub_(units, alpha=lr / (1 - b1 ** t))
+                p.grad = None
+    err = float(np.abs(flat(m) - flat(ref)).max())
+    chk.check(opt.frozen_at == freeze, f"frozen at step {freeze} ({opt.frozen_at})")
+    chk.check(err < 1e-5, f"after the freeze: Adam with v frozen ({err:.2e})")
 
 
 def after_the_freeze(chk: Checker) -> None:
@@ -186,8 +228,8 @@ def rare_feature(chk: Checker) -> None:
 
 def main() -> None:
     chk = Checker("onebit")
-    for fn in (adam_before_the_freeze, after_the_freeze, resume, mismatch, auto_freeze,
-               rare_feature):
+    for fn in (adam_before_the_freeze, frozen_is_adam_with_v_frozen, after_the_freeze, resume,
+               mismatch, auto_freeze, rare_feature):
         chk.run(fn.__name__, fn, chk)
     chk.finish()
 
