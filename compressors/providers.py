@@ -14,13 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 from .base import Compressor
-from .cuda.codec import provider as cupy_provider
 from .device import DeviceCodec
 
 __all__ = ["Provider", "codec_for", "register_provider", "unregister_provider"]
 
 Provider = Callable[[Compressor, Any], "DeviceCodec | None"]
-_providers: list[Provider] = [cupy_provider]  # asked last
+_providers: list[Provider] = []
 
 
 def register_provider(provider: Provider) -> None:
@@ -39,7 +38,9 @@ def codec_for(compressor: Compressor, array: Any) -> DeviceCodec | None:
     """The device twin of ``compressor`` for ``array`` (a device array), or None."""
     if getattr(array, "__cuda_array_interface__", None) is None:
         return None
-    for p in reversed(_providers):
+    from .cuda.codec import provider as cupy  # on first use: nothing of CUDA's at import
+
+    for p in (*reversed(_providers), cupy):
         codec = p(compressor, array)
         if codec is not None:
             return codec

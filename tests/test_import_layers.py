@@ -47,42 +47,17 @@ FLOORS: dict[str, int] = {
 }
 
 
-def _modules() -> dict[str, Path]:
-    mods = {}
-    for f in ROOT.rglob("*.py"):
-        parts = list(f.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        mods[".".join(parts)] = f
-    return mods
+def _collectives_edges() -> dict[str, set[str]]:
+    """:func:`_repository`'s imports among the modules of ``collectives``, named relative to
+    it ("" is its ``__init__``)."""
+    def local(name: str) -> str:
+        return name.removeprefix("collectives").removeprefix(".")
 
+    def inside(name: str) -> bool:
+        return name.split(".")[0] == "collectives"
 
-def _edges(mods: dict[str, Path]) -> dict[str, set[str]]:
-    """Module -> the modules it imports (``from .. import x`` resolved to the submodule x
-    where x is one), names relative to the package ("" is its ``__init__``)."""
-    edges: dict[str, set[str]] = {m: set() for m in mods}
-    for m, f in mods.items():
-        package = m.split(".") if f.name == "__init__.py" else m.split(".")[:-1]
-        package = [p for p in package if p]
-        for node in ast.walk(ast.parse(f.read_text())):
-            targets = []
-            if isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package[:len(package) - (node.level - 1)]
-                    base += node.module.split(".") if node.module else []
-                elif node.module and node.module.split(".")[0] == "collectives":
-                    base = node.module.split(".")[1:]
-                else:
-                    continue
-                name = ".".join(base)
-                for alias in node.names:
-                    sub = f"{name}.{alias.name}" if name else alias.name
-                    targets.append(sub if sub in mods else name)
-            elif isinstance(node, ast.Import):
-                targets = [a.name.split(".", 1)[1] if "." in a.name else ""
-                           for a in node.names if a.name.split(".")[0] == "collectives"]
-            edges[m].update(t for t in targets if t in mods and t != m)
-    return edges
+    return {local(m): {local(t) for t in ts if inside(t)}
+            for m, ts in _repository()[1].items() if inside(m)}
 
 
 def _floor(module: str) -> int:
@@ -129,7 +104,7 @@ def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_imports_form_no_circle() -> None:
-    edges = _edges(_modules())
+    edges = _collectives_edges()
     circles = _circles(edges)
     assert not circles, "modules that import each other in a circle:\n" + "\n".join(
         ", ".join(f"collectives.{m}" for m in c) + "\n  " + "\n  ".join(
@@ -138,14 +113,14 @@ def test_the_imports_form_no_circle() -> None:
 
 
 def test_no_module_imports_one_on_a_higher_floor() -> None:
-    edges = _edges(_modules())
+    edges = _collectives_edges()
     upward = [f"collectives.{a} (floor {_floor(a)}) imports collectives.{b} (floor {_floor(b)})"
               for a in sorted(edges) for b in sorted(edges[a]) if _floor(b) > _floor(a)]
     assert not upward, "\n".join(upward)
 
 
 def test_the_parser_sees_function_level_and_package_imports() -> None:
-    edges = _edges(_modules())
+    edges = _collectives_edges()
     assert "algorithms.ring" in edges["algorithms"]  # from . import ring
     assert "tuning" in edges["api"] and "api" in edges["tuner"]
     assert "transport.mpi" in edges["transport"]  # imported inside as_communicator
