@@ -9,11 +9,12 @@ point; ``import collectives.backend`` does the same where that autoloading is tu
 ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``). DDP, a hand-written loop of ``all_reduce`` calls and
 everything else that runs on the default group then go through this backend:
 
-* ``allreduce`` with SUM (or AVG) of a floating-point tensor of at least ``min_numel``
-  elements is compressed (:func:`collectives.iallreduce` with the configured compressor, on
-  compcoll's own gloo group); the work completes on a background thread, so DDP's buckets
-  overlap the backward pass as with gloo. On hosts of several ranks it runs two-level where
-  the library chooses that (its intra- and cross-host steps on gloo groups of its own);
+* ``allreduce`` with SUM (or AVG) of a floating-point tensor (CPU or CUDA) of at least
+  ``min_numel`` elements is compressed (:func:`collectives.iallreduce` with the configured
+  compressor, on compcoll's own gloo group); the work completes on a background thread, so
+  DDP's buckets overlap the backward pass as with gloo. On hosts of several ranks it runs
+  two-level where the library chooses that (its intra- and cross-host steps on gloo groups
+  of its own);
 * every other call (small or integer tensors, MAX/MIN/PRODUCT, broadcast, allgather,
   ``all_gather_into_tensor``, ``reduce_scatter_tensor``, all-to-all, barrier, send/recv, ...)
   is gloo's own, unchanged. AVG of an integer tensor is refused, as gloo refuses it.
@@ -90,6 +91,10 @@ from .errors import MismatchError
 from .torchwork import deadline
 
 NAME = "compcoll"
+#: the tensors' devices the backend serves: CUDA tensors are compressed as CPU ones are (on a
+#: device codec where one serves the compressor, else staged through host memory), and go to
+#: the inner gloo group, which takes CUDA tensors, for everything else
+DEVICES = ("cpu", "cuda")
 
 __all__ = ["NAME", "BackendConfig", "CompressedProcessGroup", "configure", "register"]
 
@@ -258,9 +263,10 @@ class CompressedProcessGroup(dist.ProcessGroup):
                                             timeout)
         self._keys = dist.PrefixStore("split", keys)  # for the two-level sub-groups
         # torch's own entry points that bypass these methods (the group's name, collectives
-        # dispatched from C++) find gloo as the group's CPU backend
-        self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM,
-                               self._inner)
+        # dispatched from C++) find gloo as the group's backend, for CPU and CUDA tensors
+        for device in DEVICES:
+            self._register_backend(torch.device(device), dist.ProcessGroup.BackendType.CUSTOM,
+                                   self._inner)
         self._group_timeout = timeout
         self._timeout = deadline(timeout)
         self._comm: Any = None
@@ -286,7 +292,7 @@ class CompressedProcessGroup(dist.ProcessGroup):
         t = tensors[0]
         return (t.is_floating_point() and t.dtype in (torch.float32, torch.float64,
                                                        torch.float16, torch.bfloat16)
-                and t.device.type == "cpu" and t.numel() >= max(self.config.min_numel, 1))
+                and t.device.type in DEVICES and t.numel() >= max(self.config.min_numel, 1))
 
     def allreduce(self, tensors: list[Any], opts: Any = None) -> Any:
         """Compressed where it applies (see the module doc), gloo's own elsewhere. A strided
@@ -515,7 +521,7 @@ def register() -> None:
     """Make ``init_process_group("compcoll")`` create a :class:`CompressedProcessGroup`
     (idempotent)."""
     if NAME.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(NAME, create, devices=["cpu"])
+        dist.Backend.register_backend(NAME, create, devices=list(DEVICES))
 
 
 register()

@@ -91,8 +91,9 @@ def _probe_exchange(comm: Communicator, nbytes: int, reps: int,
         sync.barrier(timeout=timeout)
         t0 = time.perf_counter()
         if p > 1:
-            reqs = [comm.irecv(recv, (r - 1) % p, tag, "cost-model probe"),
-                    comm.isend(send, (r + 1) % p, tag, "cost-model probe")]
+            with comm.grouped():  # with p = 2 both go to the same peer
+                reqs = [comm.irecv(recv, (r - 1) % p, tag, "cost-model probe"),
+                        comm.isend(send, (r + 1) % p, tag, "cost-model probe")]
             wait_all(reqs, collective="cost-model probe", timeout=timeout)
         times.append(time.perf_counter() - t0)
     return float(np.median(times))

@@ -79,25 +79,27 @@ def allgather_direct(comm: Communicator, tag: int, data: np.ndarray, sizes: list
     """Every rank's ``data`` (raw bytes, ``sizes`` as in ``allgatherv``) straight from its
     owner, each handed to ``arrived(rank, bytes)`` as soon as it is in (this rank's own first),
     so the caller's work on one overlaps the others' transfer; no forwarding, so no step waits
-    on another's. A part of another size follows its marker on the same pair and tag."""
+    on another's. A part of another size follows its marker on the same pair and tag, in a
+    second round once the first is in (on NCCL a round completes as a whole, so a part sent
+    in it would wait on the peer's receive, posted only when the peer's round is done)."""
     p, r = comm.size, comm.rank
     mine = _bytes_of(data)
     own = mine if mine.size == sizes[r] else _escape_block(sizes[r], mine.size)
     waiting: dict[int, tuple[Request, np.ndarray]] = {}
     sends = []
-    for s in range(1, p):  # pair with ranks at increasing distance, both directions at once
-        dst, src = (r + s) % p, (r - s) % p
-        if sizes[src]:
-            buf = np.empty(sizes[src], np.uint8)
-            waiting[src] = comm.irecv(buf, src, tag, f"allgather from rank {src}"), buf
-        if own.size:
-            sends.append(comm.isend(own, dst, tag, f"allgather to rank {dst}"))
-            if own is not mine and mine.size:
-                sends.append(comm.isend(mine, dst, tag, f"allgather to rank {dst}"))
+    with comm.grouped():
+        for s in range(1, p):  # pair with ranks at increasing distance, both ways at once
+            dst, src = (r + s) % p, (r - s) % p
+            if sizes[src]:
+                buf = np.empty(sizes[src], np.uint8)
+                waiting[src] = comm.irecv(buf, src, tag, f"allgather from rank {src}"), buf
+            if own.size:
+                sends.append(comm.isend(own, dst, tag, f"allgather to rank {dst}"))
     arrived(r, mine)
     for src in range(p):
         if src != r and not sizes[src]:
             arrived(src, np.empty(0, np.uint8))
+    announced: dict[int, np.ndarray] = {}  # the true parts the markers announced
     while waiting:
         done = [src for src, (req, _) in waiting.items() if req.test()]
         if not done:
@@ -110,9 +112,19 @@ def allgather_direct(comm: Communicator, tag: int, data: np.ndarray, sizes: list
                 arrived(src, buf)
             elif late == 0:
                 arrived(src, buf[:0])
-            else:  # the true part follows the marker
-                buf = np.empty(late, np.uint8)
-                waiting[src] = comm.irecv(buf, src, tag, f"allgather from rank {src}"), buf
+            else:
+                announced[src] = np.empty(late, np.uint8)
+    if announced or (own is not mine and mine.size):
+        with comm.grouped():
+            late_reqs = [comm.irecv(buf, src, tag, f"allgather from rank {src}")
+                         for src, buf in announced.items()]
+            if own is not mine and mine.size:
+                sends += [comm.isend(mine, (r + s) % p, tag, f"allgather to rank {(r + s) % p}")
+                          for s in range(1, p)]
+        if late_reqs:
+            yield late_reqs
+        for src, buf in announced.items():
+            arrived(src, buf)
     if sends:
         yield sends
 
@@ -165,24 +177,27 @@ def alltoallv(comm: Communicator, tag: int, parts: list[np.ndarray],
     received: list[np.ndarray] = [np.empty(expect[src], np.uint8) for src in range(p)]
     received[r] = _bytes_of(parts[r]).copy()
     reqs = []
-    for s in range(1, p):  # pair with ranks at increasing distance, both directions at once
-        dst, src = (r + s) % p, (r - s) % p
-        if received[src].size:
-            reqs.append(comm.irecv(received[src], src, tag, f"alltoallv from rank {src}"))
-        if out_bytes[dst].size:
-            reqs.append(comm.isend(out_bytes[dst], dst, tag, f"alltoallv to rank {dst}"))
-        late_part = follow.get(dst)
-        if late_part is not None and late_part.size:  # same pair and tag: arrives second
-            reqs.append(comm.isend(late_part, dst, tag, f"alltoallv to rank {dst}"))
+    with comm.grouped():
+        for s in range(1, p):  # pair with ranks at increasing distance, both ways at once
+            dst, src = (r + s) % p, (r - s) % p
+            if received[src].size:
+                reqs.append(comm.irecv(received[src], src, tag, f"alltoallv from rank {src}"))
+            if out_bytes[dst].size:
+                reqs.append(comm.isend(out_bytes[dst], dst, tag, f"alltoallv to rank {dst}"))
     yield reqs
-    if sizes is not None:
+    if sizes is not None:  # a second round: the parts announced by markers in the first
         late = {src: _escaped(received[src]) for src in range(p) if src != r}
         reqs = []
-        for src, n in late.items():
-            if n is not None:
-                received[src] = np.empty(n, np.uint8)
-                if n:
-                    reqs.append(comm.irecv(received[src], src, tag, f"alltoallv from rank {src}"))
+        with comm.grouped():
+            for src, n in late.items():
+                if n is not None:
+                    received[src] = np.empty(n, np.uint8)
+                    if n:
+                        reqs.append(comm.irecv(received[src], src, tag,
+                                               f"alltoallv from rank {src}"))
+            for dst, late_part in follow.items():  # same pair and tag: arrives second
+                if late_part.size:
+                    reqs.append(comm.isend(late_part, dst, tag, f"alltoallv to rank {dst}"))
         if reqs:
             yield reqs
     return received

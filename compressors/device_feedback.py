@@ -3,7 +3,9 @@
 A device codec updates the residual in place while it compresses; the residuals are stored
 per ``ErrorFeedback`` object and tensor name, outside its host ``residuals`` dict. A host
 residual the store has not seen yet (a loaded state, or one left by host calls) is copied to
-the device once; ``export_residuals`` copies the device residuals back for ``state_dict``.
+the device once; ``export_residuals`` copies the device residuals back, for ``state_dict`` and
+before a policy change moves a tensor's residual to another compressor's feedback, and
+``forget`` drops those whose tensor left.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 from .device import DeviceArray, DeviceCodec
 from .feedback import ErrorFeedback
 
-__all__ = ["device_residual", "export_residuals"]
+__all__ = ["device_residual", "export_residuals", "forget"]
 
 #: Device residuals per feedback object: name -> (residual, the host array it was seeded from
 #: or exported to, the codec that made it)
@@ -50,3 +52,12 @@ def export_residuals(feedback: ErrorFeedback) -> None:
         host = codec.download(res)
         feedback.residuals[name] = host
         store[name] = (res, host, codec)
+
+
+def forget(feedback: ErrorFeedback, names: list[str] | None = None) -> None:
+    """Drop the device residuals of ``names`` (all, for None) of ``feedback``: their tensor
+    left the feedback (a policy change moved it, or it went out in full). Call
+    ``export_residuals`` first to keep what they held."""
+    store: dict = _residuals.get(feedback, {})
+    for name in list(store) if names is None else names:
+        store.pop(name, None)

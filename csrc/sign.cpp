@@ -10,24 +10,38 @@
 namespace compcoll {
 namespace {
 
-// The sum of |x| over a bucket's finite values, and their count's complement, in tiles: the
-// one loop both packers run, so a fused pack sums in the same order as a plain one.
+// Lanes of the bucket sum: lane l adds |x[i]| for i = l (mod kLanes) in index order, and the
+// lanes are added as a fixed tree. The order is the same on every build (vectorized across the
+// lanes, no reassociation inside one) and it is the CUDA twin's (csrc/cuda/sign.cu), so the
+// scales are the same bits on a CPU and on a GPU.
+constexpr size_t kLanes = 16;
+
+// The sum of |x| over a bucket's finite values, and their count's complement: the one loop
+// both packers run, so a fused pack sums in the same order as a plain one.
 inline float finite_abs_sum(const float* __restrict xb, size_t len, uint32_t& bad_out) {
-  float sum = 0.0f;
+  alignas(64) float lane[kLanes] = {};
   uint32_t bad = 0;
-  for (size_t t = 0; t < len; t += kTile) {
-    const size_t m = std::min(kTile, len - t);
-    // Masks instead of branches so the loop vectorizes (the sum's order is fixed per build).
-#pragma omp simd reduction(+ : sum, bad)
-    for (size_t i = 0; i < m; ++i) {
-      const uint32_t u = float_to_bits(xb[t + i]);
+  size_t i = 0;
+  for (; i + kLanes <= len; i += kLanes) {
+    // Masks instead of branches so the loop vectorizes across the lanes.
+#pragma omp simd reduction(+ : bad)
+    for (size_t l = 0; l < kLanes; ++l) {
+      const uint32_t u = float_to_bits(xb[i + l]);
       const uint32_t fin = (u & 0x7f800000u) != 0x7f800000u;
-      sum += bits_to_float(u & 0x7fffffffu & (0u - fin));
+      lane[l] += bits_to_float(u & 0x7fffffffu & (0u - fin));
       bad += 1 - fin;
     }
   }
+  for (size_t l = 0; i + l < len; ++l) {
+    const uint32_t u = float_to_bits(xb[i + l]);
+    const uint32_t fin = (u & 0x7f800000u) != 0x7f800000u;
+    lane[l] += bits_to_float(u & 0x7fffffffu & (0u - fin));
+    bad += 1 - fin;
+  }
+  for (size_t w = kLanes / 2; w > 0; w /= 2)
+    for (size_t l = 0; l < w; ++l) lane[l] += lane[l + w];
   bad_out = bad;
-  return sum;
+  return lane[0];
 }
 
 // Bits of xb's signs packed from bit offset lo; with ``res``, also res = x - (+-scale) where

@@ -15,6 +15,7 @@ import pytest
 import compressors
 from compressors import cuda, kernels
 from compressors.cuda import codec as cupy_codec
+from compressors.cuda import topk as cuda_topk
 from compressors.device import DeviceArray
 from tests.mpi.fake_cuda import FakeDeviceArray, HostCodec, host_view
 
@@ -95,12 +96,18 @@ def _sign_unpack(bits, scales, n, bucket):
     return _h(out)
 
 
+def _topk(x, k):
+    return _h(cuda_topk.exact_topk(np, np.asarray(x), k, cuda_topk.host_histogram,
+                                   cuda_topk.host_select_above))
+
+
 @pytest.fixture
 def on_host(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "cupy", fake_cupy())
     for name, fn in (("quantize", _quantize), ("dequantize", _dequantize),
                      ("sign_pack", _sign_pack), ("sign_unpack", _sign_unpack)):
         monkeypatch.setattr(cuda, name, fn)
+    monkeypatch.setattr(cuda_topk, "topk", _topk)
 
 
 def darr(x: np.ndarray) -> DeviceArray:
@@ -111,7 +118,8 @@ def payload_bytes(p) -> list[bytes]:
     return [p.header()] + [host_view(b).tobytes() for b in p.buffers.values()]
 
 
-@pytest.mark.parametrize("spec", ["uniform:bits=8", "uniform:bits=4", "uniform:bits=2", "sign"])
+@pytest.mark.parametrize("spec", ["uniform:bits=8", "uniform:bits=4", "uniform:bits=2", "sign",
+                                  "topk:ratio=0.05", "topk:ratio=1.0"])
 def test_cupy_codec_matches_the_host_path(on_host, spec: str) -> None:
     comp = compressors.get(spec)
     gpu = cupy_codec.provider(comp, FakeDeviceArray(np.ones(4, np.float32)))
@@ -144,7 +152,8 @@ def test_cupy_codec_matches_the_host_path(on_host, spec: str) -> None:
 def test_cupy_provider_declines_what_it_has_no_twin_for(on_host) -> None:
     arr = FakeDeviceArray(np.ones(4, np.float32))
     assert cupy_codec.provider(compressors.get("uniform:bits=1"), arr) is None
-    assert cupy_codec.provider(compressors.get("topk"), arr) is None
+    assert cupy_codec.provider(compressors.get("topk:approximate=True"), arr) is None
+    assert cupy_codec.provider(compressors.get("threshold"), arr) is None
     assert cupy_codec.provider(compressors.get("uniform"),
                                FakeDeviceArray(np.ones(4, np.float64))) is None
 

@@ -39,9 +39,10 @@ def allreduce(job: Job) -> Steps:
             keep, give = (lower, upper) if nr & dist == 0 else (upper, lower)
             (ka, kb), (ga, gb) = span(*keep), span(*give)
             what = f"recursive halving distance {dist}"
-            reqs = [job.irecv(tmp[ka:kb], peer, what)] if kb > ka else []
-            if gb > ga:
-                sends.append(job.isend(work[ga:gb], peer, what))
+            with job.comm.grouped():
+                reqs = [job.irecv(tmp[ka:kb], peer, what)] if kb > ka else []
+                if gb > ga:
+                    sends.append(job.isend(work[ga:gb], peer, what))
             yield reqs
             job.combine(work[ka:kb], tmp[ka:kb])
             lo_b, hi_b = keep
@@ -54,9 +55,10 @@ def allreduce(job: Job) -> Steps:
             plo = lo_b + size if nr & dist == 0 else lo_b - size
             (pa, pb), (ma, mb) = span(plo, plo + size), span(lo_b, hi_b)
             what = f"recursive doubling allgather distance {dist}"
-            reqs = [job.irecv(work[pa:pb], peer, what)] if pb > pa else []
-            if mb > ma:
-                reqs.append(job.isend(work[ma:mb], peer, what))
+            with job.comm.grouped():
+                reqs = [job.irecv(work[pa:pb], peer, what)] if pb > pa else []
+                if mb > ma:
+                    reqs.append(job.isend(work[ma:mb], peer, what))
             yield reqs
             lo_b, hi_b = min(lo_b, plo), max(hi_b, plo + size)
             dist *= 2

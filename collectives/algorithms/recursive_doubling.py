@@ -72,8 +72,9 @@ def allreduce(job: Job) -> Steps:
         while mask < pof2:
             peer = real_rank(nr ^ mask, p)
             what = f"recursive doubling distance {mask}"
-            recvs = [job.irecv(tmp[a:b], peer, what) for a, b in segs]
-            sends = [job.isend(work[a:b], peer, what) for a, b in segs]
+            with job.comm.grouped():
+                recvs = [job.irecv(tmp[a:b], peer, what) for a, b in segs]
+                sends = [job.isend(work[a:b], peer, what) for a, b in segs]
             for rq, sq, (a, b) in zip(recvs, sends, segs, strict=True):
                 yield [rq, sq]  # our segment is sent before we overwrite it
                 job.combine(work[a:b], tmp[a:b])

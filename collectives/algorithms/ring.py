@@ -36,9 +36,10 @@ def reduce_scatter(job: Job, blocks: list[tuple[int, int]]) -> Steps:
                 for a, b in segments(lo, hi, job.segment)]
 
     lo, hi = blocks[send_idx[0]]
-    sends = [job.isend(work[a:b], right, "ring reduce-scatter step 0")
-             for a, b in segments(lo, hi, job.segment)]
-    recvs = post_recvs(0)
+    with job.comm.grouped():  # with p = 2 both go to the same peer
+        sends = [job.isend(work[a:b], right, "ring reduce-scatter step 0")
+                 for a, b in segments(lo, hi, job.segment)]
+        recvs = post_recvs(0)
     for s in range(p - 1):
         upcoming = post_recvs(s + 1) if s + 1 < p - 1 else []
         lo, hi = blocks[recv_idx[s]]
@@ -58,14 +59,21 @@ def allgather(job: Job, blocks: list[tuple[int, int]]) -> Steps:
         return
     right, left = (r + 1) % p, (r - 1) % p
     recv_idx = [(r - s - 1) % p for s in range(p - 1)]
-    recvs = []
-    for s in range(p - 1):  # every step lands in its own block, so all receives go up front
+
+    def post_recvs(s: int) -> list:
         lo, hi = blocks[recv_idx[s]]
-        recvs.append([job.irecv(work[a:b], left, f"ring allgather step {s}")
-                      for a, b in segments(lo, hi, job.segment)])
-    lo, hi = blocks[r]
-    sends = [job.isend(work[a:b], right, "ring allgather step 0")
-             for a, b in segments(lo, hi, job.segment)]
+        return [job.irecv(work[a:b], left, f"ring allgather step {s}")
+                for a, b in segments(lo, hi, job.segment)]
+
+    # Every step lands in its own block, so all receives go up front; step 0's with the
+    # sends of step 0 as one group (with p = 2 they go to the same peer), the later ones
+    # after it (a group completes as a whole: a later step's receive must not hold it).
+    with job.comm.grouped():
+        recvs = [post_recvs(0)]
+        lo, hi = blocks[r]
+        sends = [job.isend(work[a:b], right, "ring allgather step 0")
+                 for a, b in segments(lo, hi, job.segment)]
+    recvs.extend(post_recvs(s) for s in range(1, p - 1))
     for s in range(p - 1):
         lo, hi = blocks[recv_idx[s]]
         for req, (a, b) in zip(recvs[s], segments(lo, hi, job.segment), strict=True):

@@ -23,7 +23,6 @@ import numpy as np
 
 from compressors import ErrorFeedback, Payload, device_feedback
 from compressors import device as dev
-from compressors.arrays import cuda_interface
 from compressors.device import DeviceArray, DeviceCodec, DevicePayload
 from compressors.errors import PayloadError
 from compressors.feedback import NoErrorFeedback
@@ -31,7 +30,7 @@ from compressors.feedback import NoErrorFeedback
 from .. import device
 from ..transport.base import Communicator
 from .common import Ctx
-from .routing import SCHEMES, plain_array, route
+from .routing import SCHEMES, plain_array, route, stream_of
 
 __all__ = ["SCHEMES", "DeviceCtx", "make", "route"]
 
@@ -157,7 +156,7 @@ def make(comm: Communicator, tag: int, comp: Any, feedback: ErrorFeedback | None
          step: int, buf: Any, result: Any, dtype: Any, codec: DeviceCodec,
          **options: Any) -> DeviceCtx:
     """The DeviceCtx of a call: flat device views of the input and of the result."""
-    stream = cuda_interface(plain_array(buf)).get("stream")
+    stream = stream_of(buf)
     x = DeviceArray.of(plain_array(buf))
     out = DeviceArray.of(plain_array(result))
     ctx = DeviceCtx(comm, tag, comp, feedback, name, step,

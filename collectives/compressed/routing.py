@@ -49,6 +49,20 @@ def plain_array(obj: Any) -> Any:
     return obj
 
 
+def stream_of(obj: Any) -> int | None:
+    """The CUDA stream the device work on ``obj`` goes on, as ``__cuda_array_interface__`` v3
+    numbers it (None: no synchronization needed, 1: the legacy default stream, else a
+    handle). torch's interface names no stream: for a torch tensor it is torch's current
+    stream on the tensor's device, where torch queued the work that wrote it."""
+    if is_torch(obj) and getattr(obj, "is_cuda", False):
+        import torch
+
+        handle = torch.cuda.current_stream(obj.device).cuda_stream
+        return handle or 1  # (0 is the legacy default stream, which v3 numbers 1)
+    cai = cuda_interface(plain_array(obj))
+    return None if cai is None else cai.get("stream")
+
+
 def plain(feedback: ErrorFeedback) -> bool:
     """Feedback a device codec can keep: none at all, or residual = compensated - sent."""
     return type(feedback) is NoErrorFeedback or (

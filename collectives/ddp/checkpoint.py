@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from compressors import device_feedback
+
 VERSION = 1
 KEYS = ("version", "step", "world_size", "rank", "policy", "residuals", "owner_residuals",
         "owner_layout", "powersgd_q")
@@ -50,6 +52,9 @@ KEYS = ("version", "step", "world_size", "rank", "policy", "residuals", "owner_r
 
 def state_dict(st: Any) -> dict[str, Any]:
     comm = st.communicator()
+    for fb in st._feedback.values():  # residuals kept in device memory, copied back first
+        if fb is not None:
+            device_feedback.export_residuals(fb)
     per_param = {k: np.array(v) for k, v in st._pool.items()}
     owners: dict[str, np.ndarray] = {}
     for _, groups in st._groups.values():

@@ -31,11 +31,12 @@ HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def serves(comm: Any) -> bool:
-    """Whether the communicator is a torch.distributed group whose allreduce this path may
-    post from the training thread (messages matched by tag, so the general path's
-    collectives in flight on the same group cannot cross it)."""
-    return (isinstance(comm, TorchCommunicator)
-            and not isinstance(comm, ProcessGroupCommunicator) and comm.matches_by_tag)
+    """Whether the communicator is a torch.distributed group whose own allreduce this path
+    may post (gloo or NCCL). Where messages match by tag it posts from the training thread at
+    once; where they match in posting order (NCCL) it posts there only while the hook's worker
+    is idle, and otherwise behind the worker's collectives (``ordered``), so every rank posts
+    the group's operations in one order."""
+    return isinstance(comm, TorchCommunicator) and not isinstance(comm, ProcessGroupCommunicator)
 
 
 def spec_of(groups: list[Any], feedback: Callable[[str], Any], plain_is_engine: bool
@@ -58,6 +59,13 @@ def _pending(groups: list[Any], fb: Any) -> bool:
     return fb is not None and any(g.name in fb.residuals for g in groups)
 
 
+def wire_bytes(comm: Any, buf: torch.Tensor, spec: str) -> int:
+    """What a ring sends of the bucket in ``spec`` (the engine's own algorithm is not known
+    here)."""
+    p, size = comm.size, HALF[spec].itemsize if spec in HALF else buf.element_size()
+    return int(2 * (p - 1) / p * buf.numel() * size)
+
+
 def start(comm: Any, buf: torch.Tensor, spec: str, record: dict[str, Any], check: bool,
           after: Callable[[Any], None] | None) -> torch.futures.Future[torch.Tensor]:
     """Post the bucket's allreduce; the future's value is ``buf`` holding the average.
@@ -72,7 +80,6 @@ def start(comm: Any, buf: torch.Tensor, spec: str, record: dict[str, Any], check
     wire = buf.to(HALF[spec]).div_(comm.size) if spec in HALF else buf
     fut = dist.all_reduce(wire, group=comm.group, async_op=True).get_future()
     record["launched"] = time.perf_counter()
-    p = comm.size
 
     def finish(f: torch.futures.Future[Any]) -> torch.Tensor:
         value = f.value()[0]
@@ -84,8 +91,7 @@ def start(comm: Any, buf: torch.Tensor, spec: str, record: dict[str, Any], check
             after(buf)
         record["done"] = time.perf_counter()
         record["schemes"] = [f"engine {spec}"]
-        # what a ring sends (the engine's own algorithm is not known here)
-        record["bytes_sent"] = int(2 * (p - 1) / p * wire.numel() * wire.element_size())
+        record["bytes_sent"] = wire_bytes(comm, buf, spec)
         return buf
 
     return fut.then(finish)

@@ -76,7 +76,15 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
             record["groups"] = [(g.name, g.spec, [m for m, _ in g.members]) for g in groups]
         state.timeline.append(record)
         check = state.validate_once(f"bucket{index}", spec, int(buf.numel()))
-        return fastpath.start(comm, buf, spec, record, check, after)
+        post = partial(fastpath.start, comm, buf, spec, record, check, after)
+        if comm.matches_by_tag or not state._worker.busy():
+            return post()
+        # In posting order (NCCL) the worker's collectives still to come go first, on every
+        # rank: the allreduce is posted from the worker behind them.
+        fut_: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        stats = {"scheme": f"engine {spec}", "bytes_sent": fastpath.wire_bytes(comm, buf, spec)}
+        state._worker.submit(Job(fut_, buf, [(None, buf, post, stats)], record))
+        return fut_
     parts: list[tuple[Any, Any, Any, dict]] = []
     # Divide first, as DDP does: the sum of averages cannot overflow fp16/bf16, and with the
     # engine's own allreduce over the same buffer the "none" path is DDP's average bit for bit

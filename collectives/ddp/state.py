@@ -6,6 +6,7 @@ from collections import deque
 from typing import Any
 
 import compressors
+from compressors import device_feedback
 
 from ..compressed.checks import known_hierarchy
 from ..config import check_timeout
@@ -245,9 +246,13 @@ class CompressionState:
         return out
 
     def _release(self, groups: list[grouping.Group]) -> None:
+        """The groups' residuals back to the per-parameter pool (device ones copied first),
+        for the groups that replace them."""
         for g in groups:
             fb = self._feedback.get(g.spec)
             if fb is not None:
+                device_feedback.export_residuals(fb)
+                device_feedback.forget(fb, [g.name, f"{g.name}@owner"])
                 fb.residuals.pop(f"{g.name}@owner", None)  # tied to the old chunking
                 res = fb.residuals.pop(g.name, None)
                 if res is not None:

@@ -23,6 +23,7 @@ class Job:
     done: list[float] = field(default_factory=list)
 
     def run(self) -> None:
+        _use_device(self.buffer)
         copy = 0.0
         for group, x, handle, _ in self.parts:
             if callable(handle):  # started here (engines that match messages by order)
@@ -45,6 +46,16 @@ class Job:
         self.future.set_result(self.buffer)
 
 
+def _use_device(buffer: Any) -> None:
+    """Make the buffer's CUDA device current on this thread: a thread starts on device 0, and
+    each local rank's work belongs on its own device."""
+    if getattr(buffer, "is_cuda", False):
+        import torch
+
+        if torch.cuda.current_device() != buffer.device.index:
+            torch.cuda.set_device(buffer.device)
+
+
 class Worker:
     """One thread, one FIFO queue: collectives complete in the order the hooks started them,
     which is the same on every rank."""
@@ -52,8 +63,17 @@ class Worker:
     def __init__(self) -> None:
         self._queue: queue.Queue[Job | None] = queue.Queue()
         self._thread: threading.Thread | None = None
+        self._in_flight = 0  # jobs submitted and not yet finished
+        self._count_lock = threading.Lock()
+
+    def busy(self) -> bool:
+        """Whether a job is queued or running (its collectives may still post messages)."""
+        with self._count_lock:
+            return self._in_flight > 0
 
     def submit(self, job: Job) -> None:
+        with self._count_lock:
+            self._in_flight += 1
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._loop, name="compcoll-ddp", daemon=True)
             self._thread.start()
@@ -68,6 +88,9 @@ class Worker:
                 job.run()
             except BaseException as exc:  # noqa: BLE001 - handed to DDP through the future
                 job.future.set_exception(exc)
+            finally:
+                with self._count_lock:
+                    self._in_flight -= 1
 
     def close(self) -> None:
         if self._thread is not None and self._thread.is_alive():

@@ -24,12 +24,15 @@ def _swap(job: SparseJob, peer: int, mine: np.ndarray, what: str) -> SparseSteps
     """Send our packed set to ``peer`` and receive theirs (count first, then the bytes)."""
     comm, tag = job.comm, job.tag
     theirs_n = np.empty(1, np.int64)
-    yield [comm.irecv(theirs_n, peer, tag, what), comm.isend(
-        np.array([mine.size], np.int64), peer, tag, what)]
+    with comm.grouped():
+        count = [comm.irecv(theirs_n, peer, tag, what),
+                 comm.isend(np.array([mine.size], np.int64), peer, tag, what)]
+    yield count
     theirs = np.empty(int(theirs_n[0]), np.uint8)
-    reqs = [comm.isend(mine, peer, tag, what)] if mine.size else []
-    if theirs.size:
-        reqs.append(comm.irecv(theirs, peer, tag, what))
+    with comm.grouped():
+        reqs = [comm.isend(mine, peer, tag, what)] if mine.size else []
+        if theirs.size:
+            reqs.append(comm.irecv(theirs, peer, tag, what))
     yield reqs
     return theirs
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Generator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -120,6 +121,10 @@ class Communicator(ABC):
     #: whether messages are matched by tag; where not (NCCL), messages between two ranks match
     #: in the order they were posted, so nothing may interleave two message streams
     matches_by_tag: bool = True
+    #: whether a pair's sends and receives run in posting order on one stream (NCCL): a
+    #: receive posted alone blocks the send posted after it to the same peer, so a rank that
+    #: both sends to and receives from a peer must post the two inside ``grouped()``
+    orders_pairs: bool = False
 
     def __init__(self) -> None:
         poll_settings()  # a bad COMPCOLL_POLL_* is refused here, before any message
@@ -214,6 +219,22 @@ class Communicator(ABC):
     def irecv(self, buf: np.ndarray, source: int, tag: int, what: str = "recv") -> Request:
         """Start receiving exactly ``buf.nbytes`` bytes from ``source`` into ``buf``."""
 
+    def grouped(self) -> AbstractContextManager[None]:
+        """A context inside which sends and receives are posted as one group.
+
+        Algorithms post every exchange with a peer (a send to it and a receive from it in the
+        same round) inside one group. Engines that progress each message on its own (MPI,
+        gloo) post at once and this does nothing; engines with ``orders_pairs`` (NCCL) launch
+        the group's operations together when the context exits (``batch_isend_irecv``), and a
+        request of the group completes with the whole group.
+
+        Example::
+
+            >>> with comm.grouped():
+            ...     reqs = [comm.irecv(theirs, peer, tag), comm.isend(mine, peer, tag)]
+        """
+        return nullcontext()
+
     @abstractmethod
     def iallgather_ints(self, values: np.ndarray, out: np.ndarray) -> Request:
         """Start gathering a small int64 vector from every rank into ``out[size, len]``."""
@@ -241,7 +262,8 @@ class Communicator(ABC):
                  tag: int, *, collective: str = "sendrecv", timeout: float | None = None) -> None:
         """Send to ``dest`` and receive from ``source`` at once (no deadlock in a ring)."""
         check_timeout(timeout)
-        reqs = [self.irecv(recvbuf, source, tag, "sendrecv"), self.isend(sendbuf, dest, tag)]
+        with self.grouped():
+            reqs = [self.irecv(recvbuf, source, tag, "sendrecv"), self.isend(sendbuf, dest, tag)]
         wait_all(reqs, collective=collective, timeout=timeout)
 
     def _split(self, color: int | None, key: int, groups: list[list[int]],

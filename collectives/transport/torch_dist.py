@@ -4,11 +4,17 @@ compcoll's algorithms work on host arrays. gloo takes them as they are (zero-cop
 NCCL only moves device memory, so on an NCCL group every message is staged through a tensor
 on the rank's current CUDA device: copied there before a send, and back into the host array
 once a receive has completed.
+
+NCCL runs a pair's sends and receives in posting order on one stream (``orders_pairs``): the
+sends and receives an algorithm posts inside ``grouped()`` are launched together through
+``batch_isend_irecv``, and each request of the group completes with the whole group.
 """
 
 from __future__ import annotations
 
+import threading
 import weakref
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -27,6 +33,33 @@ def _torch():
     import torch.distributed as dist
 
     return torch, dist
+
+
+class _Batch:
+    """The works of one ``batch_isend_irecv`` as one work: completed when all are. Each work is
+    waited on once (a second wait on a finished gloo send or receive blocks for ever), however
+    many of the group's requests wait."""
+
+    def __init__(self) -> None:
+        self.works: list[Any] | None = None  # None until the group is launched
+        self._waited = 0  # works[:_waited] have returned from wait()
+
+    def is_completed(self) -> bool:
+        return self.works is not None and all(
+            i < self._waited or w.is_completed() for i, w in enumerate(self.works))
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        if self.works is None:
+            raise RuntimeError("a request of a group was waited on before the group was "
+                               "launched (wait after the grouped() block)")
+        while self._waited < len(self.works):
+            w = self.works[self._waited]
+            if timeout is None:
+                w.wait()
+            else:
+                w.wait(timeout=timeout)
+            self._waited += 1
+        return True
 
 
 class _WorkRequest(Request):
@@ -100,6 +133,8 @@ class TorchCommunicator(Communicator):
             stage_device = torch.device("cuda", torch.cuda.current_device())
         self.stage_device = None if stage_device is None else torch.device(stage_device)
         self.matches_by_tag = self.backend != "nccl"  # NCCL ignores tags
+        self.orders_pairs = self.backend == "nccl"  # one stream per pair of ranks
+        self._local = threading.local()  # the group being collected on this thread
 
     @property
     def group(self) -> Any:
@@ -152,10 +187,46 @@ class TorchCommunicator(Communicator):
         _, dist = _torch()
         return dist.all_reduce(t, op=rop, group=self.group, async_op=True)
 
+    @contextmanager
+    def grouped(self):  # type: ignore[override]
+        """See ``Communicator.grouped``: on NCCL the sends and receives posted inside are
+        launched at its end by one ``batch_isend_irecv``; elsewhere each is posted at once."""
+        if not self.orders_pairs or getattr(self._local, "ops", None) is not None:
+            yield  # nothing to group, or inside an enclosing group: that one launches
+            return
+        self._local.ops, batch = [], _Batch()
+        self._local.batch = batch
+        try:
+            yield
+        finally:
+            ops, self._local.ops = self._local.ops, None
+            if ops:
+                self._launch(ops, batch)
+
+    def _launch(self, ops: list[Any], batch: _Batch) -> None:
+        _, dist = _torch()
+        try:
+            batch.works = list(dist.batch_isend_irecv(ops))
+        except RuntimeError as exc:
+            raise self._engine_error("torch.distributed.batch_isend_irecv failed", exc) from exc
+
+    def _grouping(self, kind: str, t: Any, peer: int, tag: int) -> _Batch | None:
+        """The group's batch after adding this operation to it, or None outside a group."""
+        ops = getattr(self._local, "ops", None)
+        if ops is None:
+            return None
+        _, dist = _torch()
+        fn = dist.isend if kind == "send" else dist.irecv
+        ops.append(dist.P2POp(fn, t, self._global[peer], group=self.group, tag=tag))
+        return self._local.batch
+
     def isend(self, buf: np.ndarray, dest: int, tag: int, what: str = "send") -> Request:
         self.check_usable()
         t = self._in(self._tensor(buf))
         self._count_sent(buf.nbytes)
+        batch = self._grouping("send", t, dest, tag)
+        if batch is not None:
+            return self._track(_WorkRequest(batch, dest, what, t))
         try:
             work = self._send(t, dest, tag)
         except RuntimeError as exc:
@@ -165,6 +236,9 @@ class TorchCommunicator(Communicator):
     def irecv(self, buf: np.ndarray, source: int, tag: int, what: str = "recv") -> Request:
         self.check_usable()
         t, land = self._out(self._tensor(buf))
+        batch = self._grouping("recv", t, source, tag)
+        if batch is not None:
+            return self._track(_WorkRequest(batch, source, what, t, land))
         try:
             work = self._recv(t, source, tag)
         except RuntimeError as exc:
@@ -254,6 +328,8 @@ class ProcessGroupCommunicator(TorchCommunicator):
         self.backend = str(pg.name()) if hasattr(pg, "name") else "gloo"
         self.stage_device = None
         self.matches_by_tag = True
+        self.orders_pairs = False
+        self._local = threading.local()
         self._store, self._timeout = store, timeout
         self._splits = 0  # splits so far: the same count on every rank (each is collective)
 

@@ -1,4 +1,5 @@
-"""The CuPy device codec: ``uniform`` and ``sign`` compressed and decoded on the GPU.
+"""The CuPy device codec: ``uniform``, ``sign`` and exact ``topk`` compressed and decoded on
+the GPU.
 
 Each step is the CUDA twin of the C++ kernel the host path runs (same codes, minima, steps and
 scales for the same seed), followed by the same float32 arithmetic the host does around it, so
@@ -9,9 +10,13 @@ the payload's bytes equal the CPU compressor's and the residual keeps the same b
 - sign with error feedback is the general host path: c = x (+ residual unless it is fresh);
   residual = c - decoded, 0 where that is not finite.
 
-Work is queued on the input's CAI stream. Sparse compressors have no twin here: the host
-top-k is an exact selection (no CUDA kernel), and threshold's payload goes through the sparse
-allreduce, which runs on the host.
+- exact top-k is the host's fused feedback: residual += x; the k largest |residual| through
+  ``compressors.cuda.topk`` (the C++ kernel's index set), sent as they are; the sent entries
+  and any NaN/Inf left zeroed in the residual.
+
+Work is queued on the input's CAI stream. The other sparsifiers have no twin here: DGC's
+sampled top-k and threshold make payloads of sizes that differ by rank, which go through the
+sparse allreduce, on the host.
 """
 
 from __future__ import annotations
@@ -22,10 +27,13 @@ from typing import Any
 import numpy as np
 
 from .. import cuda
+from .._util import index_dtype
 from ..base import Compressor
 from ..device import DeviceArray, DeviceCodec, DevicePayload
 from ..sign import Sign
+from ..topk import TopK, k_of
 from ..uniform import Uniform
+from . import topk as cuda_topk
 
 __all__ = ["CupyCodec", "provider"]
 
@@ -33,9 +41,11 @@ F32 = np.dtype(np.float32)
 
 
 def provider(compressor: Compressor, array: Any) -> DeviceCodec | None:
-    """A CupyCodec for uniform (8, 4, 2 bits) and sign on float32 CUDA memory, else None."""
+    """A CupyCodec for uniform (8, 4, 2 bits), sign and exact top-k on float32 CUDA memory,
+    else None."""
     ok = (isinstance(compressor, Uniform) and compressor.bits in (2, 4, 8)) or \
-        isinstance(compressor, Sign)
+        isinstance(compressor, Sign) or (isinstance(compressor, TopK) and
+                                         not compressor.approximate)
     cai = array.__cuda_array_interface__
     if not ok or np.dtype(cai["typestr"]) != F32:
         return None
@@ -112,10 +122,30 @@ class CupyCodec:
         return {"bits": bits, "scales": scales}, lambda: cuda.sign_unpack(
             bits, scales, n, sign.bucket_size)
 
+    def _topk(self, xv: Any, res: Any) -> dict[str, Any]:
+        """Top-k's buffers, as the host's fused feedback makes them: residual += x; the k
+        largest |residual| (exact, ties to the lower index, NaN/Inf first) sent as they are;
+        the sent entries, and any NaN/Inf left, zeroed in the residual."""
+        cp, comp, n = self.cp, self.compressor, xv.size
+        if res is not None:
+            res += xv
+        c = xv if res is None else res
+        idx = cuda_topk.topk(c, k_of(n, comp.ratio))  # type: ignore[attr-defined]
+        values = c[idx]
+        if res is not None:
+            res[idx] = 0
+            res[...] = cp.where(cp.isfinite(res), res, cp.float32(0))
+        return {"indices": idx.astype(index_dtype(n)), "values": values}
+
     def compress(self, x: DeviceArray, *, name: str, step: int,
                  residual: DeviceArray | None = None, fresh: bool = False,
                  rank: int = 0) -> DevicePayload:
         cp, fused = self.cp, isinstance(self.compressor, Uniform)
+        if isinstance(self.compressor, TopK):
+            with self._stream(x.stream):
+                bufs = self._topk(self._view(x),
+                                  None if residual is None else self._view(residual))
+            return self._payload(x.size, bufs)
         with self._stream(x.stream):
             xv = self._view(x)
             res = None if residual is None else self._view(residual)
@@ -131,13 +161,20 @@ class CupyCodec:
                 sent[nf_idx] = bufs["nf_val"]
                 d = c - sent
                 res[...] = cp.where(cp.isfinite(d), d, cp.float32(0))
+        return self._payload(x.size, bufs)
+
+    def _payload(self, n: int, bufs: dict[str, Any]) -> DevicePayload:
         comp = self.compressor
-        return DevicePayload(comp.name, "float32", (x.size,), comp.params,
+        return DevicePayload(comp.name, "float32", (n,), comp.params,
                              {k: self._wrap(v) for k, v in bufs.items()})
 
     def _decoded(self, p: DevicePayload) -> Any:
         b = {k: self._view(v) for k, v in p.buffers.items()}
         comp, n = self.compressor, p.numel
+        if isinstance(comp, TopK):
+            d = self.cp.zeros(n, F32)
+            d[b["indices"]] = b["values"]
+            return d
         if isinstance(comp, Uniform):
             d = cuda.dequantize(b["codes"], b["mins"], b["scales"], n, comp.bits,
                                 comp.bucket_size)
@@ -153,6 +190,10 @@ class CupyCodec:
 
     def decode_add(self, payload: DevicePayload, out: DeviceArray) -> None:
         with self._stream(out.stream):
+            if isinstance(self.compressor, TopK):  # only the sent entries (unique indices)
+                b = payload.buffers
+                self._view(out)[self._view(b["indices"])] += self._view(b["values"])
+                return
             self._view(out)[...] += self._decoded(payload)
 
     def scale(self, out: DeviceArray, factor: float) -> None:

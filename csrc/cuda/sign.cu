@@ -5,7 +5,12 @@
 #include <cstdint>
 #endif
 
-// gridDim.x = buckets; blockDim.x a power of two; shared memory 2 * blockDim.x * 4 bytes.
+// The bucket sum in the C++ kernel's order (csrc/sign.cpp): lane l < kLanes adds |x[i]| of the
+// finite x[i] with i = l (mod kLanes) in index order, then the lanes are added as a fixed tree,
+// so the scale is the same bits as on the CPU.
+#define COMPCOLL_SIGN_LANES 16
+
+// gridDim.x = buckets; blockDim.x a power of two >= 16; shared memory 2 * blockDim.x * 4 bytes.
 extern "C" __global__ void compcoll_sign_pack(const float* __restrict__ x, long long n,
                                               long long bucket, unsigned char* __restrict__ bits,
                                               float* __restrict__ scales) {
@@ -14,28 +19,34 @@ extern "C" __global__ void compcoll_sign_pack(const float* __restrict__ x, long 
   int* scount = reinterpret_cast<int*>(red + blockDim.x);
   const long long lo = (long long)blockIdx.x * bucket;
   const long long len = min(bucket, n - lo);
-  float sum = 0.0f;
-  int good = 0;
   for (long long b = threadIdx.x; b * 8 < len; b += blockDim.x) {
     unsigned byte = 0;
-    for (int s = 0; s < 8 && b * 8 + s < len; ++s) {
-      const uint32_t u = __float_as_uint(x[lo + b * 8 + s]);
-      byte |= (u >> 31) << s;
-      if ((u & 0x7f800000u) != 0x7f800000u) { sum += __uint_as_float(u & 0x7fffffffu); ++good; }
-    }
+    for (int s = 0; s < 8 && b * 8 + s < len; ++s)
+      byte |= (__float_as_uint(x[lo + b * 8 + s]) >> 31) << s;
     bits[lo / 8 + b] = (unsigned char)byte;
+  }
+  float sum = 0.0f;
+  int good = 0;
+  if (threadIdx.x < COMPCOLL_SIGN_LANES) {
+    for (long long i = threadIdx.x; i < len; i += COMPCOLL_SIGN_LANES) {
+      const uint32_t u = __float_as_uint(x[lo + i]);
+      if ((u & 0x7f800000u) != 0x7f800000u) {
+        sum = __fadd_rn(sum, __uint_as_float(u & 0x7fffffffu));
+        ++good;
+      }
+    }
   }
   ssum[threadIdx.x] = sum;
   scount[threadIdx.x] = good;
   __syncthreads();
-  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) {
-      ssum[threadIdx.x] += ssum[threadIdx.x + s];
-      scount[threadIdx.x] += scount[threadIdx.x + s];
+  for (unsigned w = COMPCOLL_SIGN_LANES / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) {
+      ssum[threadIdx.x] = __fadd_rn(ssum[threadIdx.x], ssum[threadIdx.x + w]);
+      scount[threadIdx.x] += scount[threadIdx.x + w];
     }
     __syncthreads();
   }
-  if (threadIdx.x == 0) scales[blockIdx.x] = scount[0] ? ssum[0] / float(scount[0]) : 0.0f;
+  if (threadIdx.x == 0) scales[blockIdx.x] = scount[0] ? __fdiv_rn(ssum[0], float(scount[0])) : 0.0f;
 }
 
 extern "C" __global__ void compcoll_sign_unpack(const unsigned char* __restrict__ bits,

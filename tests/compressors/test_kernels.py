@@ -320,3 +320,31 @@ def test_merges_and_wrappers_take_sets_received_at_odd_offsets():
     kernels.scatter_dense(out, _misaligned(ia, 4), _misaligned(va, 4))
     assert out[[1, 4, 9]].tolist() == [1.0, 2.0, 3.0] and out.sum() == 6.0
     assert kernels.gather(_misaligned(out, 2), _misaligned(ia, 4)).tolist() == [1.0, 2.0, 3.0]
+
+
+def test_sign_scales_sum_in_the_order_the_cuda_twin_sums() -> None:
+    """A bucket's scale is the mean |x| of its finite values summed in 16 lanes (lane l takes
+    the values at i = l mod 16, in index order), the lanes added as a fixed tree: the order
+    csrc/cuda/sign.cu sums in, so a GPU's scales are the same bits, on any CPU build."""
+    import compressors
+
+    def reference(bucket: np.ndarray) -> np.float32:
+        lanes = np.zeros(16, np.float32)
+        for i, v in enumerate(np.abs(bucket)):
+            if np.isfinite(v):
+                lanes[i % 16] = np.float32(lanes[i % 16] + v)
+        width = 8
+        while width:
+            lanes[:width] = lanes[:width] + lanes[width:2 * width]
+            width //= 2
+        good = np.isfinite(bucket).sum()
+        return np.float32(lanes[0] / np.float32(good)) if good else np.float32(0)
+
+    rng = np.random.default_rng(7)
+    comp = compressors.get("sign:bucket_size=512")
+    for n in (1, 17, 512, 1500):
+        x = (rng.standard_normal(n) * rng.uniform(1e-3, 1e3, n)).astype(np.float32)
+        x[::97] = np.inf
+        scales = comp.compress(x, name="s", step=0).buffers["scales"]
+        want = np.array([reference(x[a:a + 512]) for a in range(0, n, 512)], np.float32)
+        assert np.array_equal(scales.view(np.uint32), want.view(np.uint32)), n

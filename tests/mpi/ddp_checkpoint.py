@@ -135,6 +135,35 @@ def other_segmenting(chk: Checker) -> None:
         defaults.compressed_segment_bytes = saved
 
 
+def device_residuals(chk: Checker) -> None:
+    """Residuals a device codec keeps in device memory (here the fake device's host memory)
+    are what ``state_dict`` saves, and what follows a tensor when a policy change moves it:
+    the device copy, not the stale host one it was seeded from."""
+    from compressors import device_feedback
+
+    from fake_cuda import HostCodec, host_view
+
+    model, opt, state = setup(POLICIES["uniform8"])
+    train(model, opt, range(3))
+    group = next(g for _, gs in state._groups.values() for g in gs)
+    fb = state.feedback(group.spec)
+    name, host = group.name, fb.residuals[group.name]
+    codec = HostCodec(fb.compressor)
+    dev, fresh = device_feedback.device_residual(codec, fb, name, host.size)
+    chk.check(not fresh and bool((host_view(dev) == host).all()), "device residual seeded")
+    host_view(dev)[:] = 0.5 + WORLD.rank  # what device steps would have left there
+    saved = state.state_dict()["residuals"]
+    pieces = group.pieces(host_view(dev))
+    chk.check(all(bool((saved[k] == v).all()) for k, v in pieces.items()),
+              "state_dict saved the host residual, not the device one")
+    state._release([group])  # as a policy change does: the residual goes back to the pool
+    chk.check(all(bool((state._pool[k] == v).all()) for k, v in pieces.items()),
+              "a released group's device residual did not reach the pool")
+    chk.check(name not in device_feedback._residuals.get(fb, {}),
+              "a released group's device residual is still held")
+    state.close()
+
+
 def main() -> None:
     chk = Checker("ddp checkpoint")
     init_gloo()
@@ -146,6 +175,7 @@ def main() -> None:
     chk.run("resume with several buckets", resume, chk, "per-layer", 0.004)
     chk.run("other world size", other_world_size, chk)
     chk.run("other segmenting", other_segmenting, chk)
+    chk.run("device residuals", device_residuals, chk)
     try:
         cddp.CompressionState(policy="uniform8").load_state_dict({"version": 0})
         chk.check(False, "a foreign dict was accepted")

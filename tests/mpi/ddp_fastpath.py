@@ -15,6 +15,7 @@ import torch.distributed as dist
 from ddp_common import backward, grads, init_gloo, make
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+import collectives
 import collectives.ddp as cddp
 from collectives.policy import Rules
 
@@ -33,10 +34,10 @@ def schemes(state: cddp.CompressionState, step: int) -> set[str]:
     return {s for r in state.timeline if r["step"] == step for s in r.get("schemes", [])}
 
 
-def same_as_pytorch(chk: Checker, spec: str, cap: float) -> None:
+def same_as_pytorch(chk: Checker, spec: str, cap: float, group: object = None) -> None:
     theirs, ours = make(cap), make(cap)
     theirs.register_comm_hook(dist.group.WORLD, HOOKS[spec])
-    state = cddp.CompressionState(policy=spec).bind(ours)
+    state = cddp.CompressionState(policy=spec, process_group=group).bind(ours)
     ours.register_comm_hook(state, cddp.compression_hook)
     for step in range(4):  # step 0 and the steps after DDP rebuilt its buckets
         backward(theirs, step)
@@ -87,11 +88,12 @@ def held_residual_goes_once(chk: Checker) -> None:
     state.close()
 
 
-def mixed(chk: Checker) -> None:
-    """fc1 in 8 bits, the rest fp16, in one bucket: the general path, close to DDP's."""
-    plain, ours = make(25.0), make(25.0)
+def mixed(chk: Checker, cap: float = 25.0, group: object = None) -> None:
+    """fc1 in 8 bits, the rest fp16: in one bucket the general path, close to DDP's; in
+    buckets of their own, fc1's on the general path and the others' on the fast path."""
+    plain, ours = make(cap), make(cap)
     state = cddp.CompressionState(policy=Rules([("name~fc1", "uniform:bits=8"),
-                                                ("*", "fp16")])).bind(ours)
+                                                ("*", "fp16")]), process_group=group).bind(ours)
     ours.register_comm_hook(state, cddp.compression_hook)
     for step in range(3):
         backward(plain, step)
@@ -102,9 +104,25 @@ def mixed(chk: Checker) -> None:
                       f"mixed step {step}: {name}")
             chk.identical(b[name].numpy(), f"mixed step {step}: {name}")
         got = schemes(state, step)
-        chk.check(not any(s.startswith("engine") for s in got),
-                  f"mixed step {step}: general path, got {got}")
+        fast = {s for s in got if s.startswith("engine")}
+        if cap >= 1.0:
+            chk.check(not fast, f"mixed step {step}: general path, got {got}")
+        elif step > 0:  # (step 0: DDP's first buckets)
+            chk.check(fast == {"engine fp16"} and got - fast,
+                      f"mixed, several buckets, step {step}: both paths, got {got}")
     state.close()
+
+
+def in_posting_order(chk: Checker) -> None:
+    """As on NCCL: messages matched in posting order, each round with a peer one batch. The
+    fast path is PyTorch's hook bit for bit; beside buckets on the general path, a 16-bit
+    bucket's allreduce is posted behind the worker's messages, in one order on every rank."""
+    group = dist.new_group(list(range(dist.get_world_size())))
+    comm = collectives.as_communicator(group)
+    comm.matches_by_tag, comm.orders_pairs = False, True
+    for spec in HOOKS:
+        same_as_pytorch(chk, spec, 0.004, group)
+    mixed(chk, 0.004, group)
 
 
 def main() -> None:
@@ -115,6 +133,8 @@ def main() -> None:
         chk.run(f"{spec}, several buckets", same_as_pytorch, chk, spec, 0.004)
     chk.run("held residual", held_residual_goes_once, chk)
     chk.run("mixed bucket", mixed, chk)
+    chk.run("mixed buckets", mixed, chk, 0.004)
+    chk.run("in posting order", in_posting_order, chk)
     dist.barrier()
     dist.destroy_process_group()
     chk.finish()

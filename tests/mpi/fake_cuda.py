@@ -144,14 +144,16 @@ class HostCodec:
 
 
 #: The compressors HostCodec stands in for (the real CuPy codec's list).
-TWINS = ("uniform", "sign")
+TWINS = ("uniform", "sign", "topk")
 codecs: list[HostCodec] = []  # every codec fake_provider handed out, newest last
 
 
 def fake_provider(compressor: Compressor, array: Any) -> HostCodec | None:
-    """A HostCodec for uniform (8, 4, 2 bits) and sign on FakeDeviceArray, else None."""
+    """A HostCodec for uniform (8, 4, 2 bits), sign and exact top-k on FakeDeviceArray, else
+    None."""
     if not isinstance(array, FakeDeviceArray) or compressor.name not in TWINS or \
-            getattr(compressor, "bits", 8) not in (2, 4, 8):
+            getattr(compressor, "bits", 8) not in (2, 4, 8) or \
+            getattr(compressor, "approximate", False):
         return None
     codecs.append(HostCodec(compressor))
     return codecs[-1]

@@ -55,8 +55,9 @@ def main() -> None:
 
 
 def staged(chk: Checker) -> None:
-    """Messages staged through engine-side tensors and matched in posting order, as on NCCL
-    (staged here through CPU tensors): the same results as the plain transport, bit for bit.
+    """Messages staged through engine-side tensors, matched in posting order and each round
+    with a peer launched as one ``batch_isend_irecv``, as on NCCL (staged here through CPU
+    tensors): the same results as the plain transport, bit for bit.
     Both sides name the algorithm and the scheme: each communicator fits its own cost model
     (here two far apart, as on two machines), and "auto" could pick differently."""
     from collectives.config import defaults
@@ -65,6 +66,7 @@ def staged(chk: Checker) -> None:
     plain = TorchCommunicator(dist.new_group(list(range(P))))  # a cost model of its own
     ordered = TorchCommunicator(dist.new_group(list(range(P))), stage_device="cpu")
     ordered.matches_by_tag = False
+    ordered.orders_pairs = True  # grouped() rounds go through batch_isend_irecv
     plain.cache.cost_params = CostParams(alpha=1e-3, beta=1e-11, gamma=1e-12)  # latency-bound
     ordered.cache.cost_params = CostParams(alpha=1e-9, beta=1e-6, gamma=1e-12)  # bandwidth-bound
     x = (torch.arange(100_003, dtype=torch.float32) * (R + 1) % 13) - 6
