@@ -834,7 +834,12 @@ def main() -> int:
     args = ap.parse_args()
     if args.worker:
         worker(json.loads(args.worker))
-        return 0
+        # Out without running destructors: a gloo thread still joinable at interpreter exit
+        # aborts the process ("terminate called without an active exception") after the
+        # work is done and written.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     if not args.cpu and not torch.cuda.is_available():
         print("gpu_check: torch sees no CUDA device; run with --cpu", file=sys.stderr)
         return 2

@@ -121,7 +121,7 @@ def _compressed(world: World, spec: str, scheme: str, n: int, hierarchy: str = "
 @pytest.mark.parametrize("spec", COMPRESSORS)
 def test_compressed_schemes_run_in_nccl_order(p: int, spec: str) -> None:
     for scheme in feasible(compressors.get(spec)):
-        for n in (7, 1009):
+        for n in (1009,):  # (several blocks, segments and a ragged last block)
             ordered = _compressed(World(p), spec, scheme, n)
             free = _compressed(World(p, ordered=False), spec, scheme, n)
             for step in range(3):
