@@ -64,7 +64,9 @@ def allgatherv(comm: Communicator, tag: int, data: np.ndarray,
         table = yield from allgather_ints(comm, tag, np.array([mine.size], dtype=np.int64))
         return (yield from _ring_allgatherv(comm, tag, mine, table[:, 0].tolist()))
     own = mine if mine.size == sizes[comm.rank] else _escape_block(sizes[comm.rank], mine.size)
-    out = yield from _ring_allgatherv(comm, tag, own, list(sizes))
+    out = yield from _engine_allgather(comm, own, sizes)
+    if out is None:
+        out = yield from _ring_allgatherv(comm, tag, own, list(sizes))
     late = [_escaped(block) for block in out]
     if any(n is not None for n in late):  # NaN/Inf side lists made some payloads longer
         mine_late = mine if late[comm.rank] is not None else mine[:0]
@@ -85,6 +87,15 @@ def allgather_direct(comm: Communicator, tag: int, data: np.ndarray, sizes: list
     p, r = comm.size, comm.rank
     mine = _bytes_of(data)
     own = mine if mine.size == sizes[r] else _escape_block(sizes[r], mine.size)
+    blocks = yield from _engine_allgather(comm, own, sizes)
+    if blocks is not None:  # one collective for the round (NCCL), then the late parts
+        arrived(r, mine)
+        announced: dict[int, np.ndarray] = {}
+        for src in range(p):
+            if src != r:
+                _take(src, blocks[src], arrived, announced)
+        yield from _late_round(comm, tag, own, mine, announced, [], arrived)
+        return
     waiting: dict[int, tuple[Request, np.ndarray]] = {}
     sends = []
     with comm.grouped():
@@ -106,21 +117,53 @@ def allgather_direct(comm: Communicator, tag: int, data: np.ndarray, sizes: list
             yield [AnyOf([req for req, _ in waiting.values()])]
             continue
         for src in done:
-            _, buf = waiting.pop(src)
-            late = _escaped(buf)
-            if late is None:
-                arrived(src, buf)
-            elif late == 0:
-                arrived(src, buf[:0])
-            else:
-                announced[src] = np.empty(late, np.uint8)
+            _take(src, waiting.pop(src)[1], arrived, announced)
+    yield from _late_round(comm, tag, own, mine, announced, sends, arrived)
+
+
+def _engine_allgather(comm: Communicator, own: np.ndarray, sizes: list[int]) -> Generator[
+        list[Request], None, list[np.ndarray] | None]:
+    """Every rank's block of one size through the engine's own allgather, where the engine's
+    messages keep their posting order (NCCL: one collective instead of p - 1 rounds of
+    point-to-point messages); None where it does not, or the sizes differ."""
+    p, n = comm.size, sizes[0]
+    if not comm.orders_pairs or p == 1 or n == 0 or len(set(sizes)) != 1:
+        return None
+    table = np.empty(p * n, np.uint8)
+    req = comm.iallgather_bytes(own, table)
+    if req is None:
+        return None
+    yield [req]
+    return [table[j * n:(j + 1) * n] for j in range(p)]
+
+
+def _take(src: int, buf: np.ndarray, arrived: Callable[[int, np.ndarray], None],
+          announced: dict[int, np.ndarray]) -> None:
+    """A first-round block from ``src``: its part, handed on, or a marker announcing it."""
+    late = _escaped(buf)
+    if late is None:
+        arrived(src, buf)
+    elif late == 0:
+        arrived(src, buf[:0])
+    else:
+        announced[src] = np.empty(late, np.uint8)
+
+
+def _late_round(comm: Communicator, tag: int, own: np.ndarray, mine: np.ndarray,
+                announced: dict[int, np.ndarray], sends: list[Request],
+                arrived: Callable[[int, np.ndarray], None]) -> Generator[
+                    list[Request], None, None]:
+    """The second round of ``allgather_direct``: the parts the markers announced, this
+    rank's among them; then every send of both rounds waited on."""
+    p, r = comm.size, comm.rank
     if announced or (own is not mine and mine.size):
         with comm.grouped():
             late_reqs = [comm.irecv(buf, src, tag, f"allgather from rank {src}")
                          for src, buf in announced.items()]
             if own is not mine and mine.size:
-                sends += [comm.isend(mine, (r + s) % p, tag, f"allgather to rank {(r + s) % p}")
-                          for s in range(1, p)]
+                sends = sends + [comm.isend(mine, (r + s) % p, tag,
+                                            f"allgather to rank {(r + s) % p}")
+                                 for s in range(1, p)]
         if late_reqs:
             yield late_reqs
         for src, buf in announced.items():

@@ -247,6 +247,19 @@ class OrderedComm(Communicator):
             fab.slots.setdefault(self._calls, {})[self._rank] = mine
         return self._track(_SlotRequest(self, self._calls, finish, what))
 
+    def iallgather_bytes(self, data: np.ndarray, out: np.ndarray) -> Request | None:
+        """The engine's allgather of equal blocks, as NCCL's ``all_gather_into_tensor``
+        (the transport without the rules offers none: the reference runs point to point)."""
+        if not self.orders_pairs:
+            return None
+        self._count_sent((self._size - 1) * data.nbytes)
+
+        def finish(blocks: list[Any]) -> None:
+            out.reshape(-1).view(np.uint8)[:] = np.concatenate(blocks)
+
+        return self._collective(np.ascontiguousarray(data).reshape(-1).view(np.uint8).copy(),
+                                finish, "allgather of payloads")
+
     def iallgather_ints(self, values: np.ndarray, out: np.ndarray) -> Request:
         def finish(rows: list[Any]) -> None:
             out.reshape(self._size, -1)[:] = np.stack(rows)

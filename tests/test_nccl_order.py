@@ -223,3 +223,25 @@ def test_sizes_that_disagree_in_posting_order_are_reported() -> None:
 
     with pytest.raises(TransportError, match="send of 8 B to rank 0 met rank 0's receive of 4 B"):
         World(2).run(run)
+
+
+def test_a_round_of_equal_parts_is_one_engine_allgather(monkeypatch) -> None:
+    """On a pair-ordered engine, the allgather scheme's payloads (one size on every rank) go
+    through the engine's own allgather, once per call, not p - 1 rounds of messages."""
+    calls: list[int] = []
+    gather = OrderedComm.iallgather_bytes
+
+    def spy(self: OrderedComm, data: np.ndarray, out: np.ndarray) -> Any:
+        calls.append(data.nbytes)
+        return gather(self, data, out)
+
+    monkeypatch.setattr(OrderedComm, "iallgather_bytes", spy)
+    spec, x = "uniform:bits=8", np.arange(1009, dtype=np.float32)
+    outs = World(3).run(lambda c: collectives.allreduce(x * (c.rank + 1), comm=_pinned(c),
+                                                        compressor=spec, scheme="allgather"))
+    free = World(3, ordered=False).run(
+        lambda c: collectives.allreduce(x * (c.rank + 1), comm=_pinned(c), compressor=spec,
+                                        scheme="allgather"))
+    assert len(calls) == 3 and len(set(calls)) == 1  # one per rank, equal blocks
+    _identical(outs)
+    assert np.array_equal(outs[0], free[0])

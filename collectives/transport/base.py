@@ -235,6 +235,13 @@ class Communicator(ABC):
         """
         return nullcontext()
 
+    def iallgather_bytes(self, data: np.ndarray, out: np.ndarray) -> Request | None:
+        """Start the engine's own allgather of one equal-size byte block per rank into
+        ``out`` (``size * data.nbytes`` bytes, rank order), or None where the engine offers
+        none that compcoll uses. Pair-ordered engines (NCCL) take it for a round of
+        equal-size parts: one collective instead of p - 1 grouped sends and receives."""
+        return None
+
     @abstractmethod
     def iallgather_ints(self, values: np.ndarray, out: np.ndarray) -> Request:
         """Start gathering a small int64 vector from every rank into ``out[size, len]``."""

@@ -246,6 +246,22 @@ class TorchCommunicator(Communicator):
                                      exc) from exc
         return self._track(_WorkRequest(work, source, what, t, land))
 
+    def iallgather_bytes(self, data: np.ndarray, out: np.ndarray) -> Request | None:
+        """``all_gather_into_tensor`` of uint8 blocks (see ``Communicator.iallgather_bytes``),
+        on a communicator whose messages keep their posting order (NCCL)."""
+        if not self.orders_pairs:
+            return None
+        self.check_usable()
+        src = self._in(self._tensor(data))
+        dst, land = self._out(self._tensor(out))
+        self._count_sent((self._size - 1) * data.nbytes)
+        try:
+            work = self._gather(dst, src)
+        except RuntimeError as exc:
+            raise self._engine_error("torch.distributed all_gather_into_tensor failed",
+                                     exc) from exc
+        return self._track(_WorkRequest(work, None, "allgather of payloads", (src, dst), land))
+
     def iallgather_ints(self, values: np.ndarray, out: np.ndarray) -> Request:
         self.check_usable()
         torch, _ = _torch()
