@@ -110,7 +110,7 @@ def allgather_direct(comm: Communicator, tag: int, data: np.ndarray, sizes: list
     for src in range(p):
         if src != r and not sizes[src]:
             arrived(src, np.empty(0, np.uint8))
-    announced: dict[int, np.ndarray] = {}  # the true parts the markers announced
+    announced = {}  # the true parts the markers announced
     while waiting:
         done = [src for src, (req, _) in waiting.items() if req.test()]
         if not done:

@@ -44,11 +44,12 @@ def device_residual(codec: DeviceCodec, feedback: ErrorFeedback, name: str,
     return store[name][0], True
 
 
-def export_residuals(feedback: ErrorFeedback) -> None:
-    """Copy the device residuals of ``feedback`` into ``feedback.residuals`` (host), so its
-    ``state_dict`` holds them."""
+def export_residuals(feedback: ErrorFeedback, names: list[str] | None = None) -> None:
+    """Copy the device residuals of ``names`` (all, for None) of ``feedback`` into
+    ``feedback.residuals`` (host), so its ``state_dict`` holds them."""
     store: dict = _residuals.get(feedback, {})
-    for name, (res, _, codec) in list(store.items()):
+    for name in list(store) if names is None else [n for n in names if n in store]:
+        res, _, codec = store[name]
         host = codec.download(res)
         feedback.residuals[name] = host
         store[name] = (res, host, codec)

@@ -34,8 +34,8 @@ def serves(comm: Any) -> bool:
     """Whether the communicator is a torch.distributed group whose own allreduce this path
     may post (gloo or NCCL). Where messages match by tag it posts from the training thread at
     once; where they match in posting order (NCCL) it posts there only while the hook's worker
-    is idle, and otherwise behind the worker's collectives (``ordered``), so every rank posts
-    the group's operations in one order."""
+    is idle, and otherwise from the worker behind its collectives (``hook.compression_hook``),
+    so every rank posts the group's operations in one order."""
     return isinstance(comm, TorchCommunicator) and not isinstance(comm, ProcessGroupCommunicator)
 
 

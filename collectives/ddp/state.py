@@ -251,8 +251,9 @@ class CompressionState:
         for g in groups:
             fb = self._feedback.get(g.spec)
             if fb is not None:
-                device_feedback.export_residuals(fb)
-                device_feedback.forget(fb, [g.name, f"{g.name}@owner"])
+                held = [g.name, f"{g.name}@owner"]  # only these: not every residual per group
+                device_feedback.export_residuals(fb, held)
+                device_feedback.forget(fb, held)
                 fb.residuals.pop(f"{g.name}@owner", None)  # tied to the old chunking
                 res = fb.residuals.pop(g.name, None)
                 if res is not None:
