@@ -3,18 +3,21 @@
 Public API::
 
     allreduce, iallreduce, reduce_scatter, allgather, broadcast, algorithms,
-    sparse_allreduce, isparse_allreduce, schemes,
+    sparse_allreduce, isparse_allreduce, schemes, Compression,
     Communicator, Handle, defaults, and the errors CompcollError, CommunicationError,
     CollectiveTimeout, CommunicatorUnusable, MismatchError, TransportError.
 
-``allreduce(buf, compressor=..., feedback=...)`` compresses on the way: the collective
-scheme follows the compressor's capabilities (``collectives.compressed``).
+``allreduce(buf, compress=Compression("uniform:bits=8", feedback=..., name=...))``, or the
+same fields as keywords (``allreduce(buf, compressor=..., feedback=...)``), compresses on the
+way: the collective scheme follows the compressor's capabilities. ``collectives.core`` shows
+the whole data path in one file: read it first.
 """
 
 from __future__ import annotations
 
 from . import algorithms as _algorithms
 from .api import allgather, allreduce, broadcast, iallreduce, reduce_scatter
+from .compressed.compression import Compression
 from .config import defaults
 from .errors import (
     CollectiveTimeout,
@@ -58,7 +61,7 @@ def algorithms() -> list[str]:
 __all__ = [
     "__version__",
     "CollectiveTimeout", "CommunicationError", "CommunicatorUnusable", "CompcollError",
-    "Communicator", "Handle",
+    "Communicator", "Compression", "Handle",
     "MismatchError", "TransportError", "algorithms", "allgather", "allreduce",
     "as_communicator", "broadcast", "defaults", "iallreduce", "isparse_allreduce",
     "reduce_scatter", "schemes", "sparse_allreduce", "tune",

@@ -7,10 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from . import algorithms, buffers, ops, tuning
+from . import algorithms, buffers, core, ops, tuning
 from .agreement import Worded
 from .algorithms import ring, tree, two_level
 from .algorithms.common import Job, blocks_from_counts, partition
+from .compressed.compression import Compression
 from .config import defaults
 from .progress import Handle
 from .transport import Communicator
@@ -47,14 +48,12 @@ def _job(comm: Communicator, work: np.ndarray, dtype: Any, op: str, collective: 
 
 def iallreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any = None,
                out: Any = None, timeout: float | None = None, validate: bool | None = None,
-               compressor: Any = None, feedback: Any = None, scheme: str = "auto",
-               name: str | None = None, step: int = 0, sparse_algorithm: str = "auto",
-               k: int | None = None, stats: dict | None = None,
-               hierarchy: str = "auto") -> Handle:
+               compress: Any = None, **compression: Any) -> Handle:
     """Start an allreduce; ``wait()`` on the returned handle gives the result.
 
-    Same arguments as :func:`allreduce`. Every rank must start its nonblocking collectives in
-    the same order; several may be in flight at once.
+    Same arguments as :func:`allreduce` (``compression``: its compression keywords). Every
+    rank must start its nonblocking collectives in the same order; several may be in flight
+    at once.
 
     Example::
 
@@ -66,13 +65,13 @@ def iallreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any 
         >>> assert total[0] == collectives.as_communicator().size and largest[9] == 9.0
     """
     c = open_comm(comm, timeout, validate)
-    if compressor is not None:
-        from .compressed.call import icompressed_allreduce
-
-        return icompressed_allreduce(
-            c, buf, compressor=compressor, feedback=feedback, scheme=scheme, op=op, out=out,
-            name=name, step=step, algorithm=algorithm, sparse_algorithm=sparse_algorithm, k=k,
-            timeout=timeout, validate=validate, stats=stats, hierarchy=hierarchy)
+    if compress is not None or compression:
+        with _checks(c, "compressed allreduce", validate, timeout):
+            call = Compression.of(compress, **compression)
+        if call is not None:
+            return core.icompressed_allreduce(c, buf, call, op=op, out=out, algorithm=algorithm,
+                                              timeout=timeout, validate=validate)
+    hierarchy = compression.get("hierarchy", "auto")  # (no compressor: the dense call's)
     if algorithm == "mpi" and c.engine == "mpi":
         direct = buffers.prepare_direct(buf, out, str(op).lower())
         if direct is not None:
@@ -126,9 +125,7 @@ def _direct_mpi(c: Communicator, direct: buffers.Direct, op: str, timeout: float
 
 def allreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any = None,
               out: Any = None, timeout: float | None = None, validate: bool | None = None,
-              compressor: Any = None, feedback: Any = None, scheme: str = "auto",
-              name: str | None = None, step: int = 0, sparse_algorithm: str = "auto",
-              k: int | None = None, stats: dict | None = None, hierarchy: str = "auto") -> Any:
+              compress: Any = None, **compression: Any) -> Any:
     """Reduce ``buf`` over all ranks of ``comm``; every rank gets the same bits.
 
     Args:
@@ -157,8 +154,12 @@ def allreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any =
             ``MismatchError`` on every rank. Default ``collectives.defaults.validate``.
             ``validate=False`` saves that allgather and checks nothing: ranks that disagree
             may then hang until ``timeout`` or get different results.
-        compressor: compress before communicating: a ``compressors.Compressor`` or a spec
-            such as ``"uniform:bits=8"`` or ``"topk:ratio=0.01"`` (see ``collectives.compressed``).
+        compress: compress before communicating: a :class:`collectives.Compression` (the
+            whole compressed call as one value, checked when built), a
+            ``compressors.Compressor`` or a spec such as ``"uniform:bits=8"`` or
+            ``"topk:ratio=0.01"`` (see ``collectives.compressed``). The keywords below are
+            the same value's fields, written out (``collectives.core`` shows the path).
+        compressor: the compressor, as ``compress=`` takes it.
         feedback: a ``compressors.ErrorFeedback`` keeping this tensor's residual (needs name).
         scheme: "auto", "dense", "reduce_scatter_allgather", "allgather" or "sparse".
         name, step: the tensor's name (error-feedback key, seeds) and the training step.
@@ -185,9 +186,7 @@ def allreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any =
         >>> y = collectives.allreduce(x, op="sum", algorithm="ring")
     """
     return iallreduce(buf, op=op, algorithm=algorithm, comm=comm, out=out, timeout=timeout,
-                      validate=validate, compressor=compressor, feedback=feedback,
-                      scheme=scheme, name=name, step=step, sparse_algorithm=sparse_algorithm,
-                      k=k, stats=stats, hierarchy=hierarchy).wait()
+                      validate=validate, compress=compress, **compression).wait()
 
 
 def reduce_scatter(buf: Any, *, op: str = "sum", comm: Any = None,

@@ -71,9 +71,10 @@ from compressors.dtypes import lookup
 from . import torchwork
 from .algorithms import ring
 from .algorithms.common import Job
-from .compressed import hierarchical, make_ctx, resolve_compressor
+from .compressed import hierarchical, resolve_compressor
 from .compressed.checks import HIERARCHIES, check_feedback, known_hierarchy
 from .compressed.common import Ctx, wire_sizes
+from .compressed.compression import Compression
 from .config import defaults
 from .errors import MismatchError
 from .exchange import alltoallv
@@ -149,8 +150,8 @@ class CompressedReduceScatter(ReduceScatter):
             ctx, steps = self._two_level(comm, lv, host.float().numpy(), name, step)
         else:
             x = host if host.dtype == torch.bfloat16 else host.numpy()  # the compressor's view
-            ctx = make_ctx(comm, comm.next_tag(), self.compressor, self.feedback, name, step,
-                           x, lookup(str(input_tensor.dtype).removeprefix("torch.")))
+            ctx = self._call(name, step).ctx(
+                comm, comm.next_tag(), x, lookup(str(input_tensor.dtype).removeprefix("torch.")))
             ctx.out = ctx.buffer("owned", n // p)
             steps = reduce_scatter(ctx)
 
@@ -177,14 +178,17 @@ class CompressedReduceScatter(ReduceScatter):
         tag = comm.next_tag()
         inside = Job(lv.intra, work, f32, "sum", tag, max(1, defaults.segment_bytes // 4),
                      "two-level reduce-scatter (FSDP)")
-        ctx = make_ctx(lv.cross, tag, self.compressor, self.feedback, f"{name}@cross", step,
-                       work[lo:hi], f32)
+        ctx = self._call(f"{name}@cross", step).ctx(lv.cross, tag, work[lo:hi], f32)
         ctx.out = ctx.buffer("owned", m)
 
         def steps() -> Any:
             yield from ring.reduce_scatter(inside, blocks)
             yield from reduce_scatter(ctx)
         return ctx, steps()
+
+    def _call(self, name: str, step: int) -> Compression:
+        """The compression of one shard's call (its residual kept under ``name``)."""
+        return Compression(self.compressor, feedback=self.feedback, name=name, step=step)
 
     def _spec(self) -> str:
         """The compressor with its parameters, as text (``uniform:bits=8,...``)."""

@@ -26,6 +26,7 @@ from collectives import (
     Communicator,
     CommunicatorUnusable,
     CompcollError,
+    Compression,
     Handle,
     MismatchError,
     TransportError,
@@ -52,7 +53,7 @@ LAZY = {"ddp": "collectives.ddp", "fsdp": "collectives.fsdp", "backend": "collec
 __all__ = [
     "__version__",
     "CollectiveTimeout", "CommunicationError", "CommunicatorUnusable", "CompcollError",
-    "Communicator", "Handle",
+    "Communicator", "Compression", "Handle",
     "MismatchError", "TransportError", "algorithms", "allgather", "allreduce",
     "as_communicator", "broadcast", "defaults", "iallreduce", "isparse_allreduce",
     "reduce_scatter", "schemes", "sparse_allreduce", "tune",

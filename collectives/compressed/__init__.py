@@ -25,11 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 import compressors
-from compressors import Compressor, ErrorFeedback
-from compressors.dtypes import DType
+from compressors import Compressor
 
 from ..algorithms.common import Steps
 from ..costmodel import SchemeLoad
@@ -110,12 +107,6 @@ def compressor_digest(comp: Compressor) -> int:
     """A 31-bit fingerprint of the compressor and its parameters (validation across ranks)."""
     text = f"{comp.name}:{sorted(comp.params.items())!r}"
     return zlib.crc32(text.encode()) & 0x7FFFFFFF
-
-
-def make_ctx(comm: Any, tag: int, comp: Compressor, feedback: ErrorFeedback | None, name: str,
-             step: int, x: Any, dtype: DType, **options: Any) -> Ctx:
-    acc = np.dtype(np.float64 if dtype.name == "float64" else np.float32)
-    return Ctx(comm, tag, comp, feedback, name, step, x, dtype, acc, **options)
 
 
 def scheme_costs(scheme: str, p: int, numel: int, value_bytes: int, payload_bytes: int,

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from compressors import Compressor, ErrorFeedback
+from compressors import Compressor
 
 from .. import costmodel, ops
 from ..algorithms import ring, two_level
@@ -35,7 +35,8 @@ from ..costparams import CostParams, several_per_host
 from ..progress import Handle
 from ..topology import host_comms, topology
 from ..transport.base import Communicator
-from . import SCHEMES, make_ctx, rsag
+from . import SCHEMES, candidates, rsag
+from .compression import Compression
 from .select import choose, measure
 from .views import input_view, store
 
@@ -129,38 +130,37 @@ def cheaper(load: SchemeLoad, c: CostParams, schemes: list[str]) -> bool:
     return two < flat
 
 
-def _decide(c: Communicator, lv: Levels, comp: Compressor, scheme: str, schemes: list[str],
-            numel: int, value_bytes: int, options: dict, timeout: float | None
-            ) -> tuple[str, dict]:
+def _decide(c: Communicator, lv: Levels, call: Compression, numel: int, value_bytes: int,
+            algorithm: str, timeout: float | None) -> tuple[str, str]:
     """The cross-host step's scheme and dense algorithm, decided before the first message,
     alike on every rank (priced for the largest shard on the cross class). Its sparse
     algorithm, decided on the payload, reads the cross class kept on the sub-communicator."""
-    algorithm = options["algorithm"]
+    comp, scheme = call.compressor, call.scheme
     if algorithm == "two_level":  # with one rank per host, two_level is its cross step
         algorithm = two_level.CROSS
-    if "auto" in (scheme, algorithm, options["sparse_algorithm"]):
+    if "auto" in (scheme, algorithm, call.sparse_algorithm):
         cost = costmodel.params(c, timeout=timeout)
         if lv.cross is not c:
             cost = costmodel.level_params(lv.cross, cost, "cross")  # type: ignore[arg-type]
         shard = -(-numel // lv.local_size)
         if scheme == "auto":
-            scheme = choose(c, comp, shard, value_bytes, schemes, p=lv.n_hosts, cost=cost)
+            scheme = choose(c, comp, shard, value_bytes, candidates(comp), p=lv.n_hosts,
+                            cost=cost)
         if algorithm == "auto":
             payload = int(measure(c, comp)[2] * shard)
             algorithm = costmodel.predicted_best(lv.n_hosts, payload, cost)
-    return scheme, {**options, "algorithm": algorithm}
+    return scheme, algorithm
 
 
-def start(c: Communicator, lv: Levels, prepared: Prepared, comp: Compressor,
-          feedback: ErrorFeedback | None, scheme: str, schemes: list[str], op: str, name: str,
-          step: int, timeout: float | None, stats: dict | None, options: dict) -> Handle:
-    """Start the two-level call on ``prepared`` (see the module's docstring).
+def start(c: Communicator, lv: Levels, prepared: Prepared, call: Compression, op: str,
+          algorithm: str, timeout: float | None) -> Handle:
+    """Start the two-level call of ``call`` on ``prepared`` (see the module's docstring).
 
     On several hosts of several ranks a large buffer is pipelined as the dense two-level
     allreduce is (``pieces`` chunks, on an engine that matches by tag): chunk k's
     shard crosses hosts compressed while the host allgathers chunk k-1 and reduce-scatters
     chunk k+1. Each chunk's shard keeps its residual under ``f"{name}@shard{i}/{k}"``."""
-    dtype, work = prepared.dtype, prepared.work
+    dtype, work, comp, scheme = prepared.dtype, prepared.work, call.compressor, call.scheme
     prepared.load()  # the reduce-scatter sums in place, in the output buffer
     ops.prescale(work, dtype, op, c.size)  # fp16/bf16 average: divide first
     both = lv.intra is not None and lv.cross is not None and c.matches_by_tag
@@ -168,8 +168,8 @@ def start(c: Communicator, lv: Levels, prepared: Prepared, comp: Compressor,
                                          comp.payload_nbytes(work.size, dtype.name))
                        if both else 1)
     if lv.cross is not None:  # decided for a chunk's shard
-        scheme, options = _decide(c, lv, comp, scheme, schemes, chunks[0][1], dtype.itemsize,
-                                  options, timeout)
+        scheme, algorithm = _decide(c, lv, call, chunks[0][1], dtype.itemsize, algorithm,
+                                    timeout)
     local = [partition(hi - lo, lv.local_size) for lo, hi in chunks]
     # each chunk's tag, and the tags of its reduce_scatter_allgather segments, drawn now, as
     # many on every rank (the scheme starts midway through the call, when ranks are out of
@@ -182,10 +182,10 @@ def start(c: Communicator, lv: Levels, prepared: Prepared, comp: Compressor,
     if lv.cross is not None:
         for k, (lo, _) in enumerate(chunks):
             a, b = local[k][lv.local_rank]
-            key = f"{name}@shard{lv.local_rank}" + (f"/{k}" if len(chunks) > 1 else "")
-            inner = make_ctx(lv.cross, tags[k], comp, feedback, key, step,
-                             input_view(work[lo + a:lo + b], dtype, (b - a,)), dtype,
-                             **options)
+            key = f"{call.key}@shard{lv.local_rank}" + (f"/{k}" if len(chunks) > 1 else "")
+            inner = call.at(name=key).ctx(lv.cross, tags[k],
+                                          input_view(work[lo + a:lo + b], dtype, (b - a,)),
+                                          dtype, algorithm)
             inner.tags = spare[k]
             # every scheme reads its input before writing the sum: the shard may take it
             direct.append(work.dtype == inner.acc)
@@ -209,10 +209,10 @@ def start(c: Communicator, lv: Levels, prepared: Prepared, comp: Compressor,
 
     def finish() -> Any:
         ops.finish(work, dtype, op, c.size)  # fp32/fp64 average: divide after
-        if stats is not None:
+        if call.stats is not None:
             coded = {key: sum(inner.stats[key] for inner in inners)
                      for key in ("compress_s", "decompress_s")}
-            stats.update(coded, scheme=scheme if inners else None,
+            call.stats.update(coded, scheme=scheme if inners else None,
                          hierarchy="two_level", bytes_sent=c.bytes_sent - sent,
                          cross_bytes_sent=0 if lv.cross is None
                          else lv.cross.bytes_sent - crossed)

@@ -23,16 +23,21 @@ import numpy as np
 
 from compressors import ErrorFeedback, Payload, device_feedback
 from compressors import device as dev
+from compressors.arrays import device_empty_like
 from compressors.device import DeviceArray, DeviceCodec, DevicePayload
+from compressors.dtypes import lookup
 from compressors.errors import PayloadError
 from compressors.feedback import NoErrorFeedback
 
 from .. import device
+from ..progress import Handle
 from ..transport.base import Communicator
+from . import SCHEMES as RUN
 from .common import Ctx
+from .compression import Compression
 from .routing import SCHEMES, plain_array, route, stream_of
 
-__all__ = ["SCHEMES", "DeviceCtx", "make", "route"]
+__all__ = ["SCHEMES", "DeviceCtx", "make", "route", "start"]
 
 F32 = np.dtype(np.float32)
 _ALIGN = 8  # device buffers of a received payload start 8-byte aligned in its arena
@@ -152,16 +157,38 @@ class DeviceCtx(Ctx):
         self.staged.clear()
 
 
-def make(comm: Communicator, tag: int, comp: Any, feedback: ErrorFeedback | None, name: str,
-         step: int, buf: Any, result: Any, dtype: Any, codec: DeviceCodec,
-         **options: Any) -> DeviceCtx:
-    """The DeviceCtx of a call: flat device views of the input and of the result."""
+def make(comm: Communicator, tag: int, call: Compression, buf: Any, result: Any,
+         codec: DeviceCodec, algorithm: str = "auto") -> DeviceCtx:
+    """The DeviceCtx of a call: flat device views of the (float32) input and of the
+    result."""
     stream = stream_of(buf)
     x = DeviceArray.of(plain_array(buf))
     out = DeviceArray.of(plain_array(result))
-    ctx = DeviceCtx(comm, tag, comp, feedback, name, step,
-                    DeviceArray(x.owner, x.ptr, x.size, x.dtype, stream), dtype, F32,
-                    codec=codec, runtime=device.runtime(), stream=stream, **options)
+    ctx = DeviceCtx(comm, tag, call.compressor, call.feedback, call.key, call.step,
+                    DeviceArray(x.owner, x.ptr, x.size, x.dtype, stream), lookup("float32"),
+                    F32, algorithm=algorithm, sparse_algorithm=call.sparse_algorithm, k=call.k,
+                    codec=codec, runtime=device.runtime(), stream=stream)
     ctx.out = DeviceArray(out.owner, out.ptr, out.size, out.dtype, stream)
     return ctx
+
+
+def start(c: Communicator, buf: Any, out: Any, call: Compression, op: str,
+          codec: DeviceCodec, algorithm: str, timeout: float | None) -> Handle:
+    """Start ``call.scheme`` with its codec steps on the device (see the module doc); float32
+    sums in place in the result, averaged after summing as on the host."""
+    result = out if out is not None else device_empty_like(buf)
+    ctx = make(c, c.next_tag(), call, buf, result, codec, algorithm)
+    sent_before = c.bytes_sent
+
+    def finish() -> Any:
+        ctx.release()
+        if op == "avg" and c.size > 1 and ctx.x.size:
+            codec.scale(ctx.out, 1.0 / c.size)
+        if call.stats is not None:
+            call.stats.update(ctx.stats, scheme=call.scheme,
+                              bytes_sent=c.bytes_sent - sent_before, on_device=True)
+        return result
+
+    return Handle(RUN[call.scheme].run(ctx), finish,
+                  f"compressed allreduce[{call.scheme}, device]", timeout)
 

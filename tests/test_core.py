@@ -1,0 +1,119 @@
+"""The core's contracts (``collectives.core``) and the compressed-call value
+(``collectives.Compression``): the real classes satisfy the protocols the core states, the
+value refuses bad fields when built, and the keyword sugar and the value make the same call."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import collectives
+import compressors
+from collectives import Compression, core
+from collectives.compressed import SCHEMES
+from collectives.compressed.common import Ctx
+from collectives.transport import as_communicator
+from compressors.dtypes import lookup
+
+
+def test_the_real_classes_are_what_the_core_says_they_are():
+    comp = compressors.get("uniform:bits=8")
+    assert isinstance(comp, core.Compressor)
+    assert isinstance(compressors.ErrorFeedback(comp), core.Feedback)
+    assert isinstance(as_communicator(None), core.Transport)
+    for scheme in SCHEMES.values():
+        assert isinstance(scheme.name, str) and callable(scheme.run)
+
+
+def test_the_value_resolves_its_spec_and_is_frozen():
+    call = Compression("topk:ratio=0.01", name="w", step=3)
+    assert call.compressor == compressors.get("topk:ratio=0.01")
+    assert call.key == "w" and Compression("fp16").key == "buffer"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        call.step = 4  # type: ignore[misc]
+    assert call.at(step=4).step == 4 and call.step == 3
+
+
+@pytest.mark.parametrize("fields, error, words", [
+    ({"compressor": 3}, TypeError, "spec string"),
+    ({"compressor": "uniform:bits=8", "feedback": object()}, TypeError, "ErrorFeedback"),
+    ({"compressor": "uniform:bits=8",
+      "feedback": compressors.ErrorFeedback(compressors.get("uniform:bits=8"))},
+     ValueError, "pass name="),
+    ({"compressor": "uniform:bits=8", "name": "w",
+      "feedback": compressors.ErrorFeedback(compressors.get("uniform:bits=4"))},
+     ValueError, "build it with the call's compressor"),
+    ({"compressor": "topk:ratio=0.1", "scheme": "dense"}, ValueError, "use one of"),
+    ({"compressor": "topk:ratio=0.1", "scheme": "bogus"}, ValueError, "unknown scheme"),
+    ({"compressor": "topk:ratio=0.1", "sparse_algorithm": "bogus"}, ValueError,
+     "unknown sparse algorithm"),
+    ({"compressor": "topk:ratio=0.1", "k": -1}, ValueError, "non-negative"),
+    ({"compressor": "fp16", "hierarchy": "tall"}, ValueError, "hierarchy must be one of"),
+    ({"compressor": "powersgd:rank=2", "hierarchy": "two_level"}, ValueError, "flat"),
+])
+def test_a_bad_field_is_refused_when_the_value_is_built(fields, error, words):
+    with pytest.raises(error, match=words):
+        Compression(**fields)
+    with pytest.raises(error, match=words):  # the same through allreduce's keywords
+        collectives.allreduce(np.ones(8, np.float32), **fields)
+
+
+def test_the_sugar_becomes_the_value_in_one_place():
+    assert Compression.of() is None
+    assert Compression.of(scheme="dense", name="w") is None  # no compressor: a dense call
+    assert Compression.of("fp16", name="w") == Compression("fp16", name="w")
+    value = Compression("fp16", name="w")
+    assert Compression.of(value) is value
+    assert Compression.of(value, step=2) == value.at(step=2)
+    with pytest.raises(TypeError, match="once"):
+        Compression.of(value, compressor="fp16")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        Compression.of("fp16", bogus=1)
+    with pytest.raises(ValueError, match="needs a compressor"):
+        Compression.of(feedback=compressors.ErrorFeedback(compressors.get("fp16")))
+
+
+@pytest.mark.parametrize("spec", ["uniform:bits=8", "topk:ratio=0.05", "randomk:ratio=0.1",
+                                  "fp16"])
+def test_the_value_and_the_keywords_make_the_same_call(spec):
+    x = np.random.default_rng(1).standard_normal(1009).astype(np.float32)
+    runs = []
+    for by_value in (True, False):
+        fb = compressors.ErrorFeedback(compressors.get(spec))
+        stats: dict = {}
+        outs = []
+        for step in range(3):
+            kw = dict(feedback=fb, name="w", step=step, stats=stats)
+            outs.append(collectives.allreduce(x, compress=Compression(spec, **kw))
+                        if by_value else collectives.allreduce(x, compressor=spec, **kw))
+        runs.append((outs, fb.residuals["w"].copy(), stats["scheme"]))
+    (a, ra, sa), (b, rb, sb) = runs
+    assert sa == sb
+    assert all(np.array_equal(u, v) for u, v in zip(a, b, strict=True))
+    assert np.array_equal(ra, rb)
+
+
+def test_the_fields_every_rank_shares():
+    call = Compression("randomk:ratio=0.1", name="w", step=5)
+    dtype = lookup("float32")
+    f = call.fields("sum", "ring", 100, dtype)
+    assert f["element count"] == 100 and f["k"] == -1
+    # random-k's choices are seeded by name and step: they must agree too
+    assert f["step (it seeds the shared random choices)"] == 5
+    assert "step (it seeds the shared random choices)" not in \
+        Compression("uniform:bits=8", step=5).fields("sum", "ring", 100, dtype)
+    assert call.fields("sum", "ring", 100, dtype) != call.at(step=6).fields("sum", "ring", 100,
+                                                                             dtype)
+
+
+def test_the_value_builds_the_schemes_state():
+    comm = as_communicator(None)
+    dtype = lookup("float64")
+    ctx = Compression("uniform:bits=8", name="w", step=2, sparse_algorithm="dsar", k=7).ctx(
+        comm, 0, np.zeros(4), dtype, "ring")
+    assert isinstance(ctx, Ctx)
+    assert (ctx.name, ctx.step, ctx.algorithm, ctx.sparse_algorithm, ctx.k) == \
+        ("w", 2, "ring", "dsar", 7)
+    assert ctx.acc == np.float64
