@@ -226,6 +226,15 @@ class SchemeLoad:
     sparse_k: int = 0
     segment: int | None = None
 
+    @classmethod
+    def of_rates(cls, p: int, numel: int, value_bytes: int, payload_bytes: int,
+                 compress_s_per_byte: float, decompress_s_per_byte: float, sparse_k: int = 0,
+                 segment: int | None = None) -> SchemeLoad:
+        """The load whose coding runs at the measured rates (seconds per input byte)."""
+        n_bytes = numel * value_bytes
+        return cls(p, numel, value_bytes, payload_bytes, compress_s_per_byte * n_bytes,
+                   decompress_s_per_byte * n_bytes, sparse_k, segment)
+
     @property
     def n_bytes(self) -> int:
         return self.numel * self.value_bytes

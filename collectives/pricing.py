@@ -67,16 +67,11 @@ def predicted_bytes(scheme: str, p: int, payload_bytes: int, entries: int = 0,
     return SCHEMES[scheme].wire_bytes(p, payload_bytes, entries, entry_bytes)
 
 
-def two_level_costs(scheme: str, p: int, numel: int, value_bytes: int, payload_bytes: int,
-                    c: CostParams, compress_s_per_byte: float, decompress_s_per_byte: float,
-                    sparse_k: int = 0, segment: int | None = None) -> tuple[float, float]:
-    """(communication, codec) seconds of a two-level compressed allreduce of ``numel``
-    elements on the hosts ``c.layout(p)`` (module doc); arguments as ``scheme_costs``."""
+def two_level_costs(scheme: str, load: SchemeLoad, c: CostParams) -> tuple[float, float]:
+    """(communication, codec) seconds of a two-level compressed allreduce of ``load`` on the
+    hosts ``c.layout(load.p)`` (module doc)."""
     if scheme not in SCHEMES:
         raise ValueError(f"no price for scheme {scheme!r}")
-    n_bytes = numel * value_bytes
-    load = SchemeLoad(p, numel, value_bytes, payload_bytes, compress_s_per_byte * n_bytes,
-                      decompress_s_per_byte * n_bytes, sparse_k, segment)
     return hierarchical.price(scheme, load, c)
 
 

@@ -9,6 +9,7 @@ from collectives.costmodel import CostParams
 
 SLOW = CostParams(alpha=50e-6, beta=8e-9, gamma=0.2e-9)  # ~1 Gbit/s links
 
+rates = pricing.SchemeLoad.of_rates
 
 def test_dense_threshold_is_the_byte_break_even() -> None:
     assert pricing.sparse_dense_threshold(4, 4) == 0.5
@@ -30,16 +31,16 @@ def test_sparse_prices_order_as_expected() -> None:
 
 def test_compressed_schemes_trade_bytes_for_latency() -> None:
     n, payload = 16 << 20, (16 << 20)  # 8-bit codes of 16M floats
-    big = {s: pricing.predict_scheme(s, 16, n, 4, payload, SLOW, 1e-10, 1e-10)
+    big = {s: pricing.predict_scheme(s, rates(16, n, 4, payload, 1e-10, 1e-10), SLOW)
            for s in ("reduce_scatter_allgather", "allgather")}
     assert big["reduce_scatter_allgather"] < big["allgather"]  # 2(p-1)/p vs (p-1) payloads
-    small = {s: pricing.predict_scheme(s, 4, 64, 4, 64, SLOW, 1e-10, 1e-10)
+    small = {s: pricing.predict_scheme(s, rates(4, 64, 4, 64, 1e-10, 1e-10), SLOW)
              for s in ("reduce_scatter_allgather", "allgather")}
     assert small["allgather"] < small["reduce_scatter_allgather"]  # fewer message rounds
     # Compression pays on a slow link: 4x fewer bytes beats the codec time.
     plain = pricing.best_dense(4, 4 * n, SLOW)[1]
-    assert pricing.predict_scheme("reduce_scatter_allgather", 4, n, 4, n, SLOW, 1e-10,
-                                  1e-10) < plain / 2
+    assert pricing.predict_scheme("reduce_scatter_allgather",
+                                  rates(4, n, 4, n, 1e-10, 1e-10), SLOW) < plain / 2
 
 
 def test_predicted_bytes_per_scheme() -> None:

@@ -28,6 +28,7 @@ C = [costmodel.CostParams(10e-6, 1e-9, 0.2e-9), costmodel.CostParams(3.3e-5, 7.7
      costmodel.CostParams.of_hosts(*LINKS, 1e-10, (3, 1))]
 DENSE = ("ring", "tree", "recursive_doubling", "rabenseifner", "two_level")
 
+rates = pricing.SchemeLoad.of_rates
 
 def layout(p: int, hosts: tuple[int, ...]) -> tuple[int, ...]:
     """Ranks per host of p ranks: the fitted hosts, else hosts as large as the largest."""
@@ -180,9 +181,9 @@ def test_scheme_prices_and_bytes_are_the_formulas() -> None:
     for s, c, p, n, vb, (cs, ds), k, seg in grid:
         for payload in (0, 100, n // 3 + 1):
             want = scheme_oracle(s, p, n, vb, payload, c, cs, ds, k, seg)
-            assert pricing.scheme_costs(s, p, n, vb, payload, c, cs, ds, k, seg) == want
-            if seg is None:
-                assert pricing.predict_scheme(s, p, n, vb, payload, c, cs, ds, k) == sum(want)
+            load = rates(p, n, vb, payload, cs, ds, k, seg)
+            assert pricing.scheme_costs(s, load, c) == want
+            assert pricing.predict_scheme(s, load, c) == sum(want)
     for s, p, payload, (e, eb) in itertools.product(SCHEMES, PS, (0, 1, 12345),
                                                     ((0, 8), (100, 8), (77, 6))):
         assert pricing.predicted_bytes(s, p, payload, e, eb) == bytes_oracle(s, p, payload, e, eb)
@@ -195,7 +196,8 @@ def test_two_level_scheme_prices_and_bytes_are_the_formulas() -> None:
     for s, c, p, n, vb, (cs, ds), k, seg in grid:
         for payload in (0, 100, n // 3 + 1):
             want = two_level_oracle(s, p, n, vb, payload, c, cs, ds, k, seg)
-            assert pricing.two_level_costs(s, p, n, vb, payload, c, cs, ds, k, seg) == want, \
+            load = rates(p, n, vb, payload, cs, ds, k, seg)
+            assert pricing.two_level_costs(s, load, c) == want, \
                 (s, c, p, n, vb, payload, k, seg)
     for s, hosts, local, payload, (e, eb) in itertools.product(
             SCHEMES, (1, 2, 3), (1, 2, 4), (0, 1, 12345), ((0, 8), (100, 8))):
@@ -203,7 +205,7 @@ def test_two_level_scheme_prices_and_bytes_are_the_formulas() -> None:
         assert pricing.two_level_bytes(s, hosts, local, 4096, payload, e, eb) == (
             inside, bytes_oracle(s, hosts, payload, e, eb))
     with pytest.raises(ValueError, match="hosts of the same size"):
-        pricing.two_level_costs("dense", 4, 100, 4, 100, C[-1], 0.0, 0.0)
+        pricing.two_level_costs("dense", rates(4, 100, 4, 100, 0.0, 0.0), C[-1])
 
 
 @pytest.mark.parametrize("p", PS)

@@ -19,6 +19,7 @@ INTRA = Link(1e-6, 0.1e-9)  # shared memory: ~10 GB/s
 NIC = Link(20e-6, 0.8e-9)  # ~10 Gbit/s per host
 G = 0.1e-9
 
+rates = pricing.SchemeLoad.of_rates
 
 def test_the_flat_parameters_keep_their_shape() -> None:
     c = CostParams(1e-5, 1e-9, 2e-10)
@@ -155,19 +156,19 @@ def test_auto_picks_two_level_across_a_slow_link_and_flat_where_links_are_alike(
 def test_two_level_compressed_prices_only_the_crossing_bytes_on_the_cross_link() -> None:
     c = CostParams.of_hosts(Link(0.0, 0.0), Link(0.0, 1e-9), 0.0, (4, 4))  # free inside
     numel, payload = 1 << 20, 1 << 18  # 4 bytes per element in, 1 byte out
-    comm, codec = pricing.two_level_costs("reduce_scatter_allgather", 8, numel, 4, payload, c,
-                                          1e-9, 2e-9)
+    comm, codec = pricing.two_level_costs("reduce_scatter_allgather",
+                                          rates(8, numel, 4, payload, 1e-9, 2e-9), c)
     shard = payload / 4  # each rank sends its shard's payload; the 4 share the NIC
     assert comm == pytest.approx(2 * (2 - 1) / 2 * shard * 4e-9, rel=1e-12)
     # each rank codes only its shard: a quarter of the flat call's encode and decodes
-    flat = pricing.scheme_costs("reduce_scatter_allgather", 2, numel // 4, 4, payload // 4,
-                                c.on("cross"), 1e-9, 2e-9)
+    flat = pricing.scheme_costs("reduce_scatter_allgather",
+                                rates(2, numel // 4, 4, payload // 4, 1e-9, 2e-9), c.on("cross"))
     assert codec == pytest.approx(flat[1], rel=1e-12)
     inside, across = pricing.two_level_bytes("reduce_scatter_allgather", 2, 4, numel * 4,
                                              math.ceil(shard))
     assert (inside, across) == (2 * 3 / 4 * numel * 4, shard)
     one = CostParams.of_hosts(Link(1e-6, 1e-10), NIC, 0.0, (8,))
-    assert pricing.two_level_costs("dense", 8, numel, 4, payload, one, 1e-9, 1e-9)[1] == 0.0
+    assert pricing.two_level_costs("dense", rates(8, numel, 4, payload, 1e-9, 1e-9), one)[1] == 0.0
 
 
 def test_auto_crosses_hosts_two_level_only_where_the_model_prices_it_cheaper() -> None:
@@ -188,9 +189,9 @@ def test_auto_crosses_hosts_two_level_only_where_the_model_prices_it_cheaper() -
     schemes = ["sparse", "allgather"]
     assert not hierarchical.cheaper(topk, slow, schemes)
     per_byte = 0.004 / (4 * n)
-    flat = min(sum(pricing.scheme_costs(s, 4, n, 4, 8 * k, slow, per_byte, 0.0, k))
+    flat = min(sum(pricing.scheme_costs(s, rates(4, n, 4, 8 * k, per_byte, 0.0, k), slow))
                for s in schemes)
-    two = min(sum(pricing.two_level_costs(s, 4, n, 4, 8 * k, slow, per_byte, 0.0, k))
+    two = min(sum(pricing.two_level_costs(s, rates(4, n, 4, 8 * k, per_byte, 0.0, k), slow))
               for s in schemes)
     assert two >= flat  # the same prices, through the public pricing functions
 
@@ -212,12 +213,11 @@ def test_the_policy_prices_a_layer_by_what_crosses_hosts() -> None:
     layer = Layer("fc.weight", n, (2048, 2048), "linear")
     col = np.array([0.0, 0.0, 0.02, 0.01, float(n), float(n)])  # 8 bits: n bytes
     hosts = CostParams.of_hosts(INTRA, NIC, G, (2, 2))
-    flat = min(pricing.predict_scheme(s, 4, n, 4, n, hosts, 0.02 / (4 * n), 0.01 / (4 * n), n)
-               for s in int8)
+    load = rates(4, n, 4, n, 0.02 / (4 * n), 0.01 / (4 * n), n)
+    flat = min(pricing.predict_scheme(s, load, hosts) for s in int8)
     priced = plan.price(4, layer, "uniform:bits=8", col, hosts)
     assert priced < 0.8 * flat
-    two = min(sum(pricing.two_level_costs(s, 4, n, 4, n, hosts, 0.02 / (4 * n),
-                                          0.01 / (4 * n), n)) for s in int8)
+    two = min(sum(pricing.two_level_costs(s, load, hosts)) for s in int8)
     assert math.isclose(priced, two)
     # the hook's hierarchy: "flat" calls pay the flat price, "two_level" ones the other
     assert plan.price(4, layer, "uniform:bits=8", col, hosts, "flat") == flat
@@ -227,10 +227,9 @@ def test_the_policy_prices_a_layer_by_what_crosses_hosts() -> None:
     for layout in ((4,), (1, 1, 1, 1)):
         c = CostParams.of_hosts(INTRA, NIC, G, layout)
         assert plan.price(4, layer, "uniform:bits=8", col, c) == min(
-            pricing.predict_scheme(s, 4, n, 4, n, c, 0.02 / (4 * n), 0.01 / (4 * n), n)
-            for s in int8)
+            pricing.predict_scheme(s, load, c) for s in int8)
     low_rank = np.array([0.0, 0.0, 0.01, 0.01, 8 * 2048 * 4.0, float(n)])
     assert plan.price(4, layer, "powersgd:rank=4", low_rank, hosts) == min(
-        pricing.predict_scheme(s, 4, n, 4, 8 * 2048 * 4, hosts, 0.01 / (4 * n),
-                               0.01 / (4 * n), n)
+        pricing.predict_scheme(s, rates(4, n, 4, 8 * 2048 * 4, 0.01 / (4 * n),
+                                        0.01 / (4 * n), n), hosts)
         for s in feasible(compressors.get("powersgd:rank=4")))

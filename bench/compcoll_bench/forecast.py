@@ -94,8 +94,8 @@ def price_compressor(spec: str, p: int, nbytes: int, c: CostParams, rates: Codec
     dec = 0.0 if comp.name == "none" else 1 / rates.decompress
     # sparse payloads: (int32 index, float32 value) entries; others go by their non-zeros
     k = m // 8 if comp.capabilities.sparse else numel
-    schemes = {s: pricing.scheme_costs(s, p, numel, 4, m, c, enc, dec, k, segment)
-               for s in candidates(comp)}
+    load = pricing.SchemeLoad.of_rates(p, numel, 4, m, enc, dec, k, segment)
+    schemes = {s: pricing.scheme_costs(s, load, c) for s in candidates(comp)}
     scheme = min(schemes, key=lambda s: (sum(schemes[s]), s))
     comm, codec = schemes[scheme]
     return {**row, "scheme": scheme, "comm_s": comm, "codec_s": codec,

@@ -109,26 +109,17 @@ def compressor_digest(comp: Compressor) -> int:
     return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
 
-def scheme_costs(scheme: str, p: int, numel: int, value_bytes: int, payload_bytes: int,
-                 c: CostParams, compress_s_per_byte: float, decompress_s_per_byte: float,
-                 sparse_k: int = 0, segment: int | None = None) -> tuple[float, float]:
-    """(communication, codec) seconds of a compressed allreduce of ``numel`` elements
-    (``collectives.pricing``); codec = encoding, decoding and summing decoded values."""
-    n_bytes = numel * value_bytes
-    comp = compress_s_per_byte * n_bytes
-    decomp = decompress_s_per_byte * n_bytes
-    if p <= 1:
-        return 0.0, comp + decomp
+def scheme_costs(scheme: str, load: SchemeLoad, c: CostParams) -> tuple[float, float]:
+    """(communication, codec) seconds of a compressed allreduce of ``load``
+    (``collectives.pricing``); codec = encoding, decoding and summing decoded values. On
+    one rank nothing is sent and the coding is all of it."""
+    if load.p <= 1:
+        return 0.0, load.encode_s + load.decode_s
     if scheme not in SCHEMES:
         raise ValueError(f"no price for scheme {scheme!r}")
-    load = SchemeLoad(p, numel, value_bytes, payload_bytes, comp, decomp, sparse_k, segment)
     return SCHEMES[scheme].price(load, c)
 
 
-def predict_scheme(scheme: str, p: int, numel: int, value_bytes: int, payload_bytes: int,
-                   c: CostParams, compress_s_per_byte: float, decompress_s_per_byte: float,
-                   sparse_k: int = 0) -> float:
-    """Predicted seconds of a compressed allreduce of ``numel`` elements
-    (``collectives.pricing``)."""
-    return sum(scheme_costs(scheme, p, numel, value_bytes, payload_bytes, c,
-                            compress_s_per_byte, decompress_s_per_byte, sparse_k))
+def predict_scheme(scheme: str, load: SchemeLoad, c: CostParams) -> float:
+    """Predicted seconds of a compressed allreduce of ``load`` (``collectives.pricing``)."""
+    return sum(scheme_costs(scheme, load, c))

@@ -13,6 +13,7 @@ import numpy as np
 from compressors import Compressor
 
 from .. import costmodel
+from ..costmodel import SchemeLoad
 from ..costparams import CostParams
 from ..transport.base import Communicator
 from . import predict_scheme
@@ -56,7 +57,5 @@ def choose(comm: Communicator, comp: Compressor, numel: int, value_bytes: int,
     k = int(kept * numel)
     ranks = comm.size if p is None else p
 
-    def price(s: str) -> float:
-        return predict_scheme(s, ranks, numel, value_bytes, payload, c, cs, ds, k)
-
-    return min(schemes, key=lambda s: (price(s), s))
+    load = SchemeLoad.of_rates(ranks, numel, value_bytes, payload, cs, ds, k)
+    return min(schemes, key=lambda s: (predict_scheme(s, load, c), s))

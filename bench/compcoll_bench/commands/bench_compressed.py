@@ -229,12 +229,12 @@ def run(args: argparse.Namespace) -> int:
             inside, across = pricing.two_level_bytes(scheme, hosts, local, args.size,
                                                      int(per_elem * n / local),
                                                      int(kept * n / local), 8)
-            predicted, model = inside + across, sum(pricing.two_level_costs(
-                scheme, p, n, 4, int(per_elem * n), cost, cs, ds, int(kept * n)))
+            load = pricing.SchemeLoad.of_rates(p, n, 4, int(per_elem * n), cs, ds, int(kept * n))
+            predicted, model = inside + across, sum(pricing.two_level_costs(scheme, load, cost))
         elif stats["scheme"]:
             predicted = pricing.predicted_bytes(scheme, p, int(per_elem * n), int(kept * n), 8)
-            model = pricing.predict_scheme(scheme, p, n, 4, int(per_elem * n), cost, cs, ds,
-                                           int(kept * n))
+            load = pricing.SchemeLoad.of_rates(p, n, 4, int(per_elem * n), cs, ds, int(kept * n))
+            model = pricing.predict_scheme(scheme, load, cost)
         else:
             predicted, model = 0.0, None
         err = float(np.linalg.norm(out - exact) / np.linalg.norm(exact))
