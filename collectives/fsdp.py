@@ -75,7 +75,7 @@ from .compressed import hierarchical, resolve_compressor
 from .compressed.checks import HIERARCHIES, check_feedback, known_hierarchy
 from .compressed.common import Ctx, wire_sizes
 from .compressed.compression import Compression
-from .config import defaults
+from .config import MIN_NUMEL, defaults
 from .errors import MismatchError
 from .exchange import alltoallv
 from .progress import Handle
@@ -95,7 +95,7 @@ class CompressedReduceScatter(ReduceScatter):
     to summation order."""
 
     def __init__(self, compressor: Any = "uniform:bits=8", *, error_feedback: bool = True,
-                 min_numel: int = 16384, timeout: float | None = None,
+                 min_numel: int = MIN_NUMEL, timeout: float | None = None,
                  name: str = "fsdp", hierarchy: str = "auto") -> None:
         self.compressor = resolve_compressor(compressor)
         if self.compressor.capabilities.allreduce_steps:
@@ -221,7 +221,7 @@ class CompressedReduceScatter(ReduceScatter):
 
 
 def compress_reduce_scatter(module: torch.nn.Module, compressor: Any = "uniform:bits=8", *,
-                            error_feedback: bool = True, min_numel: int = 16384,
+                            error_feedback: bool = True, min_numel: int = MIN_NUMEL,
                             timeout: float | None = None, hierarchy: str = "auto"
                             ) -> list[CompressedReduceScatter]:
     """Give every ``fully_shard`` module in ``module`` (itself included) a

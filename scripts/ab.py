@@ -1,7 +1,9 @@
-"""Time one ``compcoll bench compressed`` command on two revisions of the code, interleaved, in
-one invocation: before (a git revision, checked out in a temporary worktree) and after (this
-tree), ``--rounds`` times each, alternating. Writes a table of each row's median time before
-and after and their ratio, with this command line inside.
+"""Time one bench command (``compcoll bench compressed`` or ``bench tta``) on two revisions of
+the code, interleaved, in one invocation: before (a git revision, checked out in a temporary
+worktree) and after (this tree), ``--rounds`` times each, alternating. Writes a table of each
+row's median time before and after and their ratio, with this command line inside; for
+``bench tta`` the time is the median step, and a column says whether the run's losses were
+the same bits before and after (the same training, step for step).
 
     python scripts/ab.py --before HEAD~3 --rounds 3 --txt bench/results/ab/x.txt -- \\
         bench compressed -np 4 --link 1gbit -s 16M
@@ -42,6 +44,14 @@ def _run(argv: list[str], env: dict[str, str], cwd: Path, out: Path) -> list[dic
     return json.loads(out.read_text())["rows"]
 
 
+def _row(row: dict) -> tuple[str, float]:
+    """A result row's name and seconds: ``bench compressed``'s time, ``bench tta``'s median
+    step."""
+    if "median_ms" in row:
+        return f"{row['model']} {row['run']}", row["median_ms"] / 1e3
+    return row["name"], row["time_s"]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--before", required=True, help="git revision of the 'before' code")
@@ -58,6 +68,7 @@ def main() -> None:
     dirty = " (+ uncommitted changes)" if _git("status", "--porcelain", "--", "collectives",
                                                "compressors", "compcoll", "bench") else ""
     times: dict[str, dict[str, list[float]]] = {}
+    losses: dict[str, dict[str, list]] = {}  # (bench tta) each run's losses, first round
     with tempfile.TemporaryDirectory() as tmp:
         tree, shim = Path(tmp) / "before", Path(tmp) / "shim"
         _git("worktree", "add", "--detach", str(tree), rev)
@@ -70,18 +81,25 @@ def main() -> None:
             for r in range(args.rounds):
                 for side in ("before", "after") if r % 2 == 0 else ("after", "before"):
                     for row in _run(argv, *envs[side], Path(tmp) / f"{side}{r}.json"):
-                        times.setdefault(row["name"], {"before": [], "after": []})[side] \
-                            .append(row["time_s"])
+                        name, seconds = _row(row)
+                        times.setdefault(name, {"before": [], "after": []})[side] \
+                            .append(seconds)
+                        if "losses" in row and r < 2:
+                            losses.setdefault(name, {})[side] = row["losses"]
                     print(f"round {r + 1}/{args.rounds}: {side} done", flush=True)
         finally:
             _git("worktree", "remove", "--force", str(tree))
     lines = [f"# command: python scripts/ab.py {shlex.join(sys.argv[1:])}",
              f"# date: {time.strftime('%Y-%m-%d %H:%M')}; before: {rev}; after: {head}{dirty}; "
              f"{args.rounds} runs each, interleaved; medians",
-             f"{'run':40s} {'before(ms)':>11s} {'after(ms)':>10s} {'after/before':>13s}"]
+             f"{'run':40s} {'before(ms)':>11s} {'after(ms)':>10s} {'after/before':>13s}"
+             + (f" {'same losses':>12s}" if losses else "")]
     for name, t in times.items():
         b, a = statistics.median(t["before"]), statistics.median(t["after"])
-        lines.append(f"{name:40s} {b * 1e3:11.1f} {a * 1e3:10.1f} {a / b:13.3f}")
+        same = losses.get(name, {})
+        lines.append(f"{name:40s} {b * 1e3:11.1f} {a * 1e3:10.1f} {a / b:13.3f}"
+                     + (f" {str(same.get('before') == same.get('after')).lower():>12s}"
+                        if losses else ""))
     Path(args.txt).parent.mkdir(parents=True, exist_ok=True)
     Path(args.txt).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -47,6 +47,15 @@ class Compression:
     sparse_algorithm, k: the sparse scheme's allreduce; k = result size of "gtopk".
     hierarchy: "auto", "flat" or "two_level" (how the call crosses hosts).
     stats: a dict the call fills with its scheme, codec seconds and bytes sent.
+
+    Example::
+
+        >>> import numpy as np, collectives, compressors
+        >>> fb = compressors.ErrorFeedback(compressors.get("uniform:bits=8"))
+        >>> call = collectives.Compression("uniform:bits=8", feedback=fb, name="w")
+        >>> x = np.ones(1000, np.float32)
+        >>> y = collectives.allreduce(x, compress=call.at(step=1), op="avg")
+        >>> assert np.allclose(y, 1.0, atol=0.01) and "w" in fb.residuals
     """
 
     compressor: Compressor
