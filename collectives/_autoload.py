@@ -19,7 +19,7 @@ def register() -> None:
     try:
         import torch.distributed as dist
 
-        if dist.is_available() and "COMPCOLL" not in dist.Backend._plugins:
+        if dist.is_available() and "compcoll" not in dist.Backend.backend_list:
             dist.Backend.register_backend("compcoll", create, devices=["cpu"])
     except Exception as exc:  # noqa: BLE001 - a failed plugin must not break import torch
         logging.getLogger(__name__).debug("compcoll backend not registered: %s", exc)

@@ -89,6 +89,7 @@ from . import torchwork
 from .config import defaults, resolve_timeout
 from .errors import MismatchError
 from .torchwork import deadline
+from .transport.torch_dist import allgather_base, reduce_scatter_base
 
 NAME = "compcoll"
 #: the tensors' devices the backend serves: CUDA tensors are compressed as CPU ones are (on a
@@ -381,13 +382,13 @@ class CompressedProcessGroup(dist.ProcessGroup):
 
     def all_gather_single(self, output: Any, input: Any, opts: Any = None) -> Any:  # noqa: A002
         """gloo's own (``dist.all_gather_into_tensor``)."""
-        return self._inner._allgather_base(output, input, _or(opts, AllgatherOptions))
+        return allgather_base(self._inner, output, input, _or(opts, AllgatherOptions))
 
     def reduce_scatter_single(self, output: Any, input: Any, opts: Any = None) -> Any:  # noqa: A002
         """gloo's own (``dist.reduce_scatter_tensor``); AVG of integers refused."""
         opts = _or(opts, dist.ReduceScatterOptions)
         _no_integer_average([input], opts, "reduce_scatter_tensor")
-        return self._inner._reduce_scatter_base(output, input, opts)
+        return reduce_scatter_base(self._inner, output, input, opts)
 
     def all_gather_single_coalesced(self, outputs: list[Any], inputs: list[Any],
                                     opts: Any = None) -> Any:
@@ -511,7 +512,7 @@ def create(store: Any, rank: int, size: int, timeout: timedelta) -> CompressedPr
         error = str(exc)
     pg = CompressedProcessGroup(store, rank, size, timeout, config or BackendConfig())
     if size > 1:
-        _agree(pg._inner, config, error)
+        _agree(pg, config, error)  # through the inner gloo group's allgather
     elif error is not None:
         raise ValueError(error)
     return pg
@@ -520,7 +521,7 @@ def create(store: Any, rank: int, size: int, timeout: timedelta) -> CompressedPr
 def register() -> None:
     """Make ``init_process_group("compcoll")`` create a :class:`CompressedProcessGroup`
     (idempotent)."""
-    if NAME.upper() not in dist.Backend._plugins:
+    if NAME not in dist.Backend.backend_list:  # register_backend adds it there
         dist.Backend.register_backend(NAME, create, devices=list(DEVICES))
 
 

@@ -89,14 +89,16 @@ class CostParams:
         cross: Link | None
         hosts: tuple[int, ...]
 
-    def _key(self) -> tuple:
+    @property
+    def key(self) -> tuple:
+        """Every field, flat link and keywords: what equality and the hash compare."""
         return (self.alpha, self.beta, self.gamma, self.intra, self.cross, self.hosts)
 
     def __eq__(self, other: Any) -> bool:
-        return isinstance(other, CostParams) and self._key() == other._key()
+        return isinstance(other, CostParams) and self.key == other.key
 
     def __hash__(self) -> int:
-        return hash(self._key())
+        return hash(self.key)
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" for k, v in (("intra", self.intra), ("cross", self.cross),

@@ -68,8 +68,8 @@ class SparsifierFeedback:
                 _, info = to_host(x)
                 return Payload(self.name, info.dtype, info.shape, self.params,
                                {"indices": picked[0], "values": picked[1]}, origin=info)
-        return SparsifierFeedback._compress_feedback_numpy(self, x, residual, name=name,
-                                                           step=step, rank=rank)
+        return self._compress_feedback_numpy(  # type: ignore[attr-defined]
+            x, residual, name=name, step=step, rank=rank)
 
     def _compress_feedback_numpy(self: Compressor, x: np.ndarray, residual: np.ndarray, *,
                                  name: str, step: int = 0, rank: int = 0) -> Payload:

@@ -43,8 +43,6 @@ from typing import Any
 
 import numpy as np
 
-from compressors import device_feedback
-
 VERSION = 1
 KEYS = ("version", "step", "world_size", "rank", "policy", "residuals", "owner_residuals",
         "owner_layout", "powersgd_q")
@@ -52,31 +50,12 @@ KEYS = ("version", "step", "world_size", "rank", "policy", "residuals", "owner_r
 
 def state_dict(st: Any) -> dict[str, Any]:
     comm = st.communicator()
-    for fb in st._feedback.values():  # residuals kept in device memory, copied back first
-        if fb is not None:
-            device_feedback.export_residuals(fb)
-    per_param = {k: np.array(v) for k, v in st._pool.items()}
-    owners: dict[str, np.ndarray] = {}
-    for _, groups in st._groups.values():
-        for g in groups:
-            fb = st._feedback.get(g.spec)
-            if fb is None:
-                continue
-            res = fb.residuals.get(g.name)
-            if res is not None:
-                per_param.update(g.pieces(res))
-            own = fb.residuals.get(f"{g.name}@owner")
-            if own is not None:
-                owners[f"{g.spec}|{g.name}"] = own.copy()
-            for key, res in fb.residuals.items():  # a two-level call's shard residuals
-                if key.startswith(f"{g.name}@shard"):
-                    owners[f"{g.spec}|{key}"] = np.array(res)
-    warm = {spec: comp.warm_state() for spec, comp in st._comps.items()
-            if getattr(comp, "_warm", None)}
+    per_param, owners = st.residuals()
     return {"version": VERSION, "step": st.step, "world_size": comm.size, "rank": comm.rank,
             "policy": st.policy.state_dict(), "residuals": per_param,
             "owner_residuals": owners, "owner_layout": _owner_layout(comm),
-            "powersgd_q": warm, "layout": sorted(st.layout, key=st.layout.__getitem__)}
+            "powersgd_q": st.warm_starts(),
+            "layout": sorted(st.layout, key=st.layout.__getitem__)}
 
 
 def gather(st: Any) -> list[dict[str, Any]]:
@@ -156,19 +135,19 @@ def _mine(st: Any, state: Any) -> tuple[Mapping[str, Any], bool]:
 def check_pool(st: Any, pool: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Per-parameter residuals against the bound model: a piece of another size raises, names
     of no parameter are warned about and left out (they would never be used)."""
-    if not st._layers:
+    sizes = st.parameter_sizes()
+    if not sizes:
         return pool  # not bound yet: bind() checks
-    wrong = [(k, v.size, st._layers[k].numel) for k, v in pool.items()
-             if k in st._layers and v.size != st._layers[k].numel]
+    wrong = [(k, v.size, sizes[k]) for k, v in pool.items() if k in sizes and v.size != sizes[k]]
     if wrong:
         raise ValueError(f"CompressionState: saved residuals do not fit the model's parameters "
                          f"(name, saved, parameter): {wrong}; load a state saved for this model")
-    unknown = sorted(set(pool) - set(st._layers))
+    unknown = sorted(set(pool) - set(sizes))
     if unknown:
         warnings.warn(f"CompressionState: saved residuals {unknown} match no parameter of the "
                       f"model (renamed or removed?); they are not used", RuntimeWarning,
                       stacklevel=3)
-    return {k: v for k, v in pool.items() if k in st._layers}
+    return {k: v for k, v in pool.items() if k in sizes}
 
 
 def load_state_dict(st: Any, state: Any) -> None:
@@ -206,17 +185,9 @@ def load_state_dict(st: Any, state: Any) -> None:
     st.policy.load_state_dict(dict(mine["policy"]))
     st.step = st.current = step
     st.version += 1
-    st._groups.clear()
-    st.quick.clear()
-    for fb in st._feedback.values():
-        fb.residuals.clear()
-    st._pool = pool
     st.layout = {name: i for i, name in enumerate(order)}
     # Owner-side residuals list the owned elements segment by segment: restored only where
     # the segments are cut the same way (same settings), else they start from zero.
-    if same and st.error_feedback and [int(v) for v in layout] == _owner_layout(comm):
-        for key, res in owners.items():
-            spec, _, name = key.partition("|")
-            # "name@shard<i>[@owner]" is kept as it is; a bare name is an owner residual
-            st.feedback(spec).residuals[name if "@shard" in name else f"{name}@owner"] = res
+    kept = same and st.error_feedback and [int(v) for v in layout] == _owner_layout(comm)
+    st.restore_residuals(pool, owners if kept else {})
     st.residuals_restored = same

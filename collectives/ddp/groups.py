@@ -51,7 +51,7 @@ class Group:
             return hi - lo
         return sum(n for _, n in self.members) + sum(self.pads)
 
-    def _offsets(self) -> list[int]:
+    def starts(self) -> list[int]:
         """Where each member starts in the fused buffer (after the pads before it)."""
         out, at = [], 0
         for k, (_, n) in enumerate(self.members):
@@ -82,7 +82,7 @@ class Group:
                     or x.device != buf.device:
                 x = self._fused = torch.empty(self.numel, dtype=buf.dtype, device=buf.device)
             if any(self.pads):
-                for at, (a, b), pad in zip(self._offsets(), self.ranges, self.pads, strict=True):
+                for at, (a, b), pad in zip(self.starts(), self.ranges, self.pads, strict=True):
                     x[at:at + b - a].copy_(buf[a:b])
                     x[at + b - a:at + b - a + pad].zero_()
             else:
@@ -97,7 +97,7 @@ class Group:
         host = buf.device.type == "cpu" and str(buf.dtype) != "torch.bfloat16"
         if host:  # numpy on the worker thread: a torch copy there may start an OpenMP team
             buf, flat = buf.detach().numpy(), flat.detach().numpy()
-        for at, (a, b) in zip(self._offsets(), self.ranges, strict=True):
+        for at, (a, b) in zip(self.starts(), self.ranges, strict=True):
             if host:
                 buf[a:b] = flat[at:at + b - a]
             else:
@@ -107,7 +107,7 @@ class Group:
         """(parameter, start, end) of each member in the group's residual."""
         out = []
         lo = self.span[0] if self.holes else 0
-        for (name, n), (a, _), at in zip(self.members, self.ranges, self._offsets(), strict=True):
+        for (name, n), (a, _), at in zip(self.members, self.ranges, self.starts(), strict=True):
             start = a - lo if self.holes else at
             out.append((name, start, start + n))
         return out
@@ -195,7 +195,7 @@ def with_zero_slots(groups: list[Group], canon: list[tuple[str, int]],
         out.append(g)
         padded.append(g)
     fits = [g for g in padded if not g.copy and all(
-        a - g.ranges[0][0] == at for (a, _), at in zip(g.ranges, g._offsets(), strict=True))]
+        a - g.ranges[0][0] == at for (a, _), at in zip(g.ranges, g.starts(), strict=True))]
     if not fits or any(g.holes for g in out):
         return out
     best = max(fits, key=_own)

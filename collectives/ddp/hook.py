@@ -77,13 +77,13 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
         state.timeline.append(record)
         check = state.validate_once(f"bucket{index}", spec, int(buf.numel()))
         post = partial(fastpath.start, comm, buf, spec, record, check, after)
-        if comm.matches_by_tag or not state._worker.busy():
+        if comm.matches_by_tag or not state.busy():
             return post()
         # In posting order (NCCL) the worker's collectives still to come go first, on every
         # rank: the allreduce is posted from the worker behind them.
         fut_: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         stats = {"scheme": f"engine {spec}", "bytes_sent": fastpath.wire_bytes(comm, buf, spec)}
-        state._worker.submit(Job(fut_, buf, [(None, buf, post, stats)], record))
+        state.submit(Job(fut_, buf, [(None, buf, post, stats)], record))
         return fut_
     parts: list[tuple[Any, Any, Any, dict]] = []
     # Divide first, as DDP does: the sum of averages cannot overflow fp16/bf16, and with the
@@ -109,7 +109,7 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
     record["launched"] = time.perf_counter()
     state.timeline.append(record)
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    state._worker.submit(Job(fut, buf, parts, record, after))
+    state.submit(Job(fut, buf, parts, record, after))
     return fut
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+import numpy as np
+
 import compressors
 from compressors import device_feedback
 
@@ -15,7 +17,7 @@ from ..validation import agree_settings
 from . import checkpoint
 from . import groups as grouping
 from .fastpath import HALF
-from .worker import Worker
+from .worker import Job, Worker
 
 
 class CompressionState:
@@ -266,9 +268,70 @@ class CompressionState:
         self._validated.add(key)
         return first
 
+    def busy(self) -> bool:
+        """Whether the background thread has jobs queued or running (their collectives may
+        still post messages)."""
+        return self._worker.busy()
+
+    def submit(self, job: Job) -> None:
+        """Complete ``job`` on the background thread, after every job submitted before it
+        (the hooks' order, the same on every rank); it sets the job's future."""
+        self._worker.submit(job)
+
     def close(self) -> None:
         """Stop the background thread (a later hook call starts it again)."""
         self._worker.close()
+
+    # -- what checkpoints save and restore (``collectives.ddp.checkpoint``) --------------
+    def parameter_sizes(self) -> dict[str, int]:
+        """Elements of each known parameter by name (empty before :meth:`bind`)."""
+        return {name: lay.numel for name, lay in self._layers.items()}
+
+    def warm_starts(self) -> dict[str, dict[str, np.ndarray]]:
+        """Copies of the warm starts (PowerSGD's Q) of the compressors that hold any, by spec."""
+        warm = {spec: getattr(comp, "warm_state", dict)() for spec, comp in self._comps.items()}
+        return {spec: qs for spec, qs in warm.items() if qs}
+
+    def residuals(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Copies of this rank's error-feedback residuals: per parameter (the groups' cut
+        into their parameters' pieces, with those waiting for their group), and the ones tied
+        to a group's chunking under ``"spec|name"`` (owner-side ``name@owner`` as ``name``, a
+        two-level call's ``name@shard<i>[@owner]`` as they are)."""
+        for fb in self._feedback.values():  # residuals kept in device memory, copied back first
+            device_feedback.export_residuals(fb)
+        per_param = {k: np.array(v) for k, v in self._pool.items()}
+        chunked: dict[str, np.ndarray] = {}
+        for _, groups in self._groups.values():
+            for g in groups:
+                fb = self._feedback.get(g.spec)
+                if fb is None:
+                    continue
+                res = fb.residuals.get(g.name)
+                if res is not None:
+                    per_param.update(g.pieces(res))
+                own = fb.residuals.get(f"{g.name}@owner")
+                if own is not None:
+                    chunked[f"{g.spec}|{g.name}"] = own.copy()
+                for key, res in fb.residuals.items():  # a two-level call's shard residuals
+                    if key.startswith(f"{g.name}@shard"):
+                        chunked[f"{g.spec}|{key}"] = np.array(res)
+        return per_param, chunked
+
+    def restore_residuals(self, per_param: dict[str, np.ndarray],
+                          chunked: dict[str, np.ndarray]) -> None:
+        """Replace every residual by those :meth:`residuals` gave (checked by the caller):
+        the per-parameter ones wait for their groups, formed again at the next call; the
+        chunked ones go back to their compressor's error feedback."""
+        self._groups.clear()
+        self.quick.clear()
+        for fb in self._feedback.values():
+            fb.residuals.clear()
+        self._pool = per_param
+        for key, res in chunked.items():
+            spec, _, name = key.partition("|")
+            fb = self.feedback(spec)
+            if fb is not None:  # "name@shard<i>[@owner]" as it is; a bare name is an owner's
+                fb.residuals[name if "@shard" in name else f"{name}@owner"] = res
 
     def __getstate__(self) -> dict[str, Any]:
         skip = ("process_group", "comm_arg", "_comm", "_worker", "_agreed")

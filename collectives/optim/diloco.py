@@ -265,7 +265,7 @@ class DiLoCo:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` (validated: a bad field raises ValueError naming it and
         changes nothing). Load the model's own weights as well."""
-        _validate(state, self)
+        _validate(state, self, tuple(self._master.shape))
         self.optimizer.load_state_dict(state["inner"])
         self.outer.load_state_dict(state["outer"])
         with torch.no_grad():
@@ -358,8 +358,9 @@ def _spec(compressor: Any) -> str:
     return spec
 
 
-def _validate(state: Any, opt: DiLoCo) -> None:
-    """ValueError naming what in ``state`` does not fit ``opt``."""
+def _validate(state: Any, opt: DiLoCo, weights: tuple[int, ...]) -> None:
+    """ValueError naming what in ``state`` does not fit ``opt``, whose global weights have
+    the shape ``weights``."""
     if not isinstance(state, Mapping) or state.get("version") != VERSION:
         raise ValueError(f"not a DiLoCo state_dict of version {VERSION}")
     missing = [k for k in ("steps", "syncs", "sync_every", "compressor", "world_size",
@@ -367,10 +368,10 @@ def _validate(state: Any, opt: DiLoCo) -> None:
     if missing:
         raise ValueError(f"DiLoCo state_dict lacks {', '.join(missing)}")
     g = state["global"]
-    if not isinstance(g, torch.Tensor) or g.shape != opt._master.shape:
+    if not isinstance(g, torch.Tensor) or tuple(g.shape) != weights:
         shape = tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
         raise ValueError(f"DiLoCo state_dict: global weights of shape {shape}, this model has "
-                         f"{tuple(opt._master.shape)}")
+                         f"{weights}")
     if state["compressor"] != opt.compressor:
         raise ValueError(f"DiLoCo state_dict was saved with compressor "
                          f"{state['compressor']!r}, this optimizer sends {opt.compressor!r}")

@@ -40,7 +40,8 @@ def _module_kind(module: Any) -> str:
 
     if isinstance(module, nn.Embedding | nn.EmbeddingBag):
         return "embedding"
-    if isinstance(module, nn.modules.conv._ConvNd):
+    if isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d | nn.ConvTranspose1d
+                  | nn.ConvTranspose2d | nn.ConvTranspose3d):  # and their lazy, QAT subclasses
         return "conv"
     if isinstance(module, nn.Linear):
         return "linear"
@@ -74,8 +75,8 @@ _WRAPPER_PARTS = ("_orig_mod",)
 def unwrap(model: Any) -> Any:
     """The user's module inside DDP (``.module``) and torch.compile (``._orig_mod``) wrappers."""
     while True:
-        if hasattr(model, "_orig_mod"):
-            model = model._orig_mod
+        if hasattr(model, "_orig_mod"):  # torch.compile's registers the module as this child
+            model = model.get_submodule("_orig_mod")
         elif callable(getattr(model, "register_comm_hook", None)) and hasattr(model, "module"):
             model = model.module
         else:

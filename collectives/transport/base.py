@@ -273,6 +273,13 @@ class Communicator(ABC):
             reqs = [self.irecv(recvbuf, source, tag, "sendrecv"), self.isend(sendbuf, dest, tag)]
         wait_all(reqs, collective=collective, timeout=timeout)
 
+    def split_agreed(self, color: int | None, key: int, groups: list[list[int]],
+                     timeout: float | None) -> Communicator | None:
+        """This rank's group of ``groups``, which every rank agreed on, split by the engine
+        (None where ``color`` is None); :func:`transport.split.split_by` agrees on them first
+        and checks the result: call that."""
+        return self._split(color, key, groups, timeout)
+
     def _split(self, color: int | None, key: int, groups: list[list[int]],
                timeout: float | None) -> Communicator | None:
         """The engine's split (see ``transport.split.split_by``): ``groups`` lists every

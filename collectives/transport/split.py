@@ -35,7 +35,7 @@ def split_by(comm: Communicator, color: int | None, key: int, *, label: str = ""
     for r in sorted(range(comm.size), key=lambda r: (int(table[r, 1]), r)):
         if table[r, 0] >= 0:
             groups.setdefault(int(table[r, 0]), []).append(r)
-    sub = comm._split(color, key, [groups[c] for c in sorted(groups)], timeout)
+    sub = comm.split_agreed(color, key, [groups[c] for c in sorted(groups)], timeout)
     if color is None or sub is None:
         return None
     ranks = tuple(groups[int(color)])

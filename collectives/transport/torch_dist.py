@@ -360,7 +360,7 @@ class ProcessGroupCommunicator(TorchCommunicator):
         return self.group.recv([t], source, tag)
 
     def _gather(self, dst: Any, src: Any) -> Any:
-        return self.group._allgather_base(dst, src)
+        return allgather_base(self.group, dst, src)
 
     def _allreduce(self, t: Any, rop: Any) -> Any:
         _, dist = _torch()
@@ -396,3 +396,22 @@ class ProcessGroupCommunicator(TorchCommunicator):
     def split(self, ranks: list[int], timeout: float = 300.0) -> TorchCommunicator | None:
         """A sub-group of ``ranks`` (every rank calls it; None where not a member)."""
         return self._split(None, 0, [list(ranks)], timeout)
+
+
+# -- the single-tensor collectives of a c10d backend object ---------------------------------
+# An inner gloo group (``dist.ProcessGroupGloo``) is a backend, not a ProcessGroup registered
+# with torch.distributed: ``dist.all_gather_into_tensor`` / ``reduce_scatter_tensor`` cannot
+# take it, and its only binding of them is the private one. Reached here alone.
+
+def allgather_base(backend: Any, output: Any, input: Any, opts: Any = None) -> Any:  # noqa: A002
+    """``dist.all_gather_into_tensor`` on ``backend`` (its default options where None)."""
+    if opts is None:
+        from torch._C._distributed_c10d import AllgatherOptions  # not re-exported by dist
+
+        opts = AllgatherOptions()
+    return backend._allgather_base(output, input, opts)
+
+
+def reduce_scatter_base(backend: Any, output: Any, input: Any, opts: Any) -> Any:  # noqa: A002
+    """``dist.reduce_scatter_tensor`` on ``backend``."""
+    return backend._reduce_scatter_base(output, input, opts)
