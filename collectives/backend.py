@@ -50,7 +50,7 @@ refused then, naming its variable; ``import torch`` never fails because of one):
 * ``COMPCOLL_FEEDBACK_MAX_TENSORS``: the most residuals feedback keeps (default 64); past
   it the least recently used one is dropped, with a warning the first time (a program that
   reduces fresh tensors would otherwise keep one residual per tensor it ever reduced);
-* ``COMPCOLL_MIN_NUMEL``: smaller tensors go uncompressed (default 16384).
+* ``COMPCOLL_MIN_NUMEL``: smaller tensors go uncompressed (default 16384, ``config.MIN_NUMEL``).
 
 Or in code, before ``init_process_group``: ``collectives.backend.configure(...)``. The group
 checks, when it is created, that every rank has the same compressor, feedback and
@@ -86,7 +86,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import AllgatherOptions  # not re-exported by dist
 
 from . import torchwork
-from .config import defaults, resolve_timeout
+from .config import MIN_NUMEL, defaults, resolve_timeout
 from .errors import MismatchError
 from .torchwork import deadline
 from .transport.torch_dist import allgather_base, reduce_scatter_base
@@ -159,7 +159,7 @@ class BackendConfig:
 
     compressor: str = "uniform:bits=8"
     feedback: bool = False
-    min_numel: int = 16384
+    min_numel: int = MIN_NUMEL
     feedback_max_tensors: int = 64
 
     @classmethod

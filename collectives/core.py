@@ -42,8 +42,7 @@ from .compressed.compression import Compression
 from .compressed.select import choose
 from .config import defaults
 from .progress import Handle
-from .transport.base import Communicator
-from .validation import agree, refusing
+from .validation import agree, open_comm, refusing
 
 __all__ = ["Compression", "Compressor", "Feedback", "Scheme", "Transport",
            "icompressed_allreduce"]
@@ -86,10 +85,13 @@ class Scheme(Protocol):
     run: Callable[[Any], Iterator[Any]]
 
 
-def icompressed_allreduce(c: Communicator, buf: Any, call: Compression, *, op: str, out: Any,
+def icompressed_allreduce(comm: Any, buf: Any, call: Compression, *, op: str, out: Any,
                           algorithm: str, timeout: float | None,
                           validate: bool | None) -> Handle:
-    """Start the compressed allreduce of ``buf`` (steps 2-7 above); ``wait()`` gives the sum."""
+    """Start the compressed allreduce of ``buf`` on ``comm`` (anything ``as_communicator``
+    takes; steps 2-7 above); ``wait()`` gives the sum. ``collectives.iallreduce`` with a
+    compressor comes here, and so does the DDP hook."""
+    c = open_comm(comm, timeout, validate)
     check = defaults.validate if validate is None else validate
     with refusing(c, "compressed allreduce", check, timeout):
         check_algorithm(algorithm)

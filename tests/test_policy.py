@@ -10,6 +10,7 @@ import pytest
 
 from collectives.costmodel import CostParams
 from collectives.policy import AutoPolicy, Layer, Rules, Table, as_policy, canonical, solve
+from collectives.policy.tunables import Tunables
 from collectives.transport import CommCache
 
 SLOW = CostParams(alpha=5e-5, beta=8e-9, gamma=1e-10)  # ~1 Gbit/s
@@ -159,8 +160,9 @@ def test_min_gain_prefers_the_lower_error_on_a_tie() -> None:
     body = [[10e-6, 9e-6, 5e-6, 8.5e-6]]  # none, then three compressors of rising error
     errors = [[0.0, 0.01, 0.02, 0.03]]
     assert plan.prune(body, errors, 2e-6) == [[10e-6, math.inf, 5e-6, math.inf]]
-    pick, _ = plan.plan(("none", "a", "b", "c"), [[10e-6, 9e-6, 9.5e-6, 9e-6]],
-                        errors, 1.0, 64, [0.0] * 4, ["b0"], min_gain=2e-6)
+    cands = ("none", "fp16", "uniform:bits=8", "uniform:bits=4")
+    pick, _ = plan.plan(cands, [[10e-6, 9e-6, 9.5e-6, 9e-6]], errors, 1.0, 64, [0.0] * 4,
+                        ["b0"], plan.Noise(min_gain=2e-6))
     assert pick == [0]  # a microsecond is noise: uncompressed, error-free
 
 
@@ -174,7 +176,8 @@ def test_biases_join_their_buckets_collective_rather_than_start_one() -> None:
     errors = [[0, 1e-6, 1e-4, 1e-3, 0.02],  # bucket 0: topk is fine for this one
               [0, 1e-6, 1e-4, 1e-3, 0.5]] + [[0, 1e-12, 1e-10, 1e-9, 1e-8]] * 30  # not this
     buckets = [0] + [1] * 31
-    pick, total = plan.plan(cands, body, errors, 0.3 ** 2, 256, [1e-3] * 5, buckets, 2e-6)
+    pick, total = plan.plan(cands, body, errors, 0.3 ** 2, 256, [1e-3] * 5, buckets,
+                            plan.Noise(2e-6))
     assert pick[0] == 4 and pick[1] == 3  # topk alone in bucket 0, uniform:bits=4 in 1
     assert set(pick[1:]) <= {pick[1], 0}, pick  # no third collective for the biases
     assert total == pytest.approx(plan.step_time(pick, body, [1e-3] * 5, buckets))
@@ -285,7 +288,7 @@ def test_measured_latency_is_kept_and_survives_a_state_dict(monkeypatch) -> None
         return np.array([measured[c] for c in cands])
 
     monkeypatch.setattr(auto.latencies, "one_round", one_round)
-    rounds = ["torch"] * (auto.latencies.REPEATS + 1)
+    rounds = ["torch"] * (Tunables().latency_repeats + 1)
     comm = Ranks()
     comm.cache.cost_params = SLOW  # the fitted model of this "machine"
     policy = AutoPolicy(max_error=0.3, first=0, probe_steps=1, every=3)
@@ -369,11 +372,11 @@ def test_a_clear_gain_still_wins_and_a_standing_decision_needs_a_clear_one() -> 
 
     cands = ("none", "fp16")
     body = [[10e-3, 5e-3]]  # compressing saves half the layer's time: a clear gain
-    assert plan.plan(cands, body, [[0.0, 1e-4]], 0.01, 64, [1e-3, 1e-3], ["b"], 2e-6,
-                     0.1)[0] == [1]
+    assert plan.plan(cands, body, [[0.0, 1e-4]], 0.01, 64, [1e-3, 1e-3], ["b"],
+                     plan.Noise(2e-6, 0.1))[0] == [1]
     body = [[10e-3, 9.5e-3]]  # 5% of the step: within the margin, the lower error stays
-    assert plan.plan(cands, body, [[0.0, 1e-4]], 0.01, 64, [1e-3, 1e-3], ["b"], 2e-6,
-                     0.1)[0] == [0]
+    assert plan.plan(cands, body, [[0.0, 1e-4]], 0.01, 64, [1e-3, 1e-3], ["b"],
+                     plan.Noise(2e-6, 0.1))[0] == [0]
     assert plan.clear(0.89, 1.0, 0.0, 0.1) and not plan.clear(0.91, 1.0, 0.0, 0.1)
 
 
@@ -463,7 +466,9 @@ def test_decisions_are_logged_on_rank_zero(caplog) -> None:
 
 
 def test_a_sampled_layer_is_timed_once_on_all_of_it_by_a_sparse_coder() -> None:
-    from collectives.policy.profile import PER_CANDIDATE, SAMPLE, Profiler
+    from collectives.policy.profile import PER_CANDIDATE, Profiler
+
+    SAMPLE = Tunables().sample
 
     cands = ("none", "fp16", "topk:ratio=0.01", "powersgd:rank=2")
     prof = Profiler(cands)

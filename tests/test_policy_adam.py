@@ -8,19 +8,19 @@ import pytest
 from collectives.policy import AutoConfig, AutoPolicy, Layer, canonical, criterion, profile
 from collectives.policy import columns as col
 from collectives.policy.moments import Moments
+from collectives.policy.tunables import Tunables
 from tests.test_policy import SLOW, Ranks, SteadyClock
 
 TOPK = canonical("topk:ratio=0.01")
 INT4 = canonical("uniform:bits=4")
 LAYER = Layer("w", 256 * 256, (256, 256), "linear")
+WHOLE = Tunables(sample=LAYER.numel)  # LAYER profiled whole: the criterion is under test
 
 
 @pytest.fixture(autouse=True)
 def _steady_clock(monkeypatch) -> None:
-    """Codec timings that do not depend on this machine: every timed call 10 us; and LAYER
-    profiled whole (the criterion is under test here, not the sample)."""
+    """Codec timings that do not depend on this machine: every timed call 10 us."""
     monkeypatch.setattr(profile, "time", SteadyClock())
-    monkeypatch.setattr(profile, "SAMPLE", LAYER.numel)
 
 
 def few_large(step: int) -> np.ndarray:
@@ -36,7 +36,7 @@ def few_large(step: int) -> np.ndarray:
 def decide(grads, steps: int = 5, **options) -> AutoPolicy:
     """Profile LAYER on ``grads(step)`` for ``steps`` steps on a slow link, and decide."""
     policy = AutoPolicy(first=0, probe_steps=steps, cost=SLOW, latency="model", cache=False,
-                        **options)
+                        tunables=WHOLE, **options)
     comm = Ranks()
     for step in range(steps + 1):
         policy.update(comm, step)
@@ -48,7 +48,7 @@ def decide(grads, steps: int = 5, **options) -> AutoPolicy:
 
 def errors(grads, cands, steps: int = 5) -> np.ndarray:
     """Each candidate's table columns for LAYER after ``steps`` steps of ``grads``."""
-    prof = profile.Profiler(cands)
+    prof = profile.Profiler(cands, tunables=WHOLE)
     for step in range(steps):
         prof.observe(step, LAYER, grads(step))
     return prof.table()[1][0, 1:].reshape(len(cands), col.PER_CANDIDATE)
@@ -111,9 +111,9 @@ def test_a_compressor_that_sends_where_adams_v_is_zero_is_ruled_out() -> None:
     # the table names the candidate it rules out, not the layer
     from collectives.policy import AutoConfig, report
     cfg = AutoConfig(candidates=cands)
-    text = report.convergence(cfg, [False] * 5, [False, False, False, True, True],
-                              crit.unbounded[0].tolist(), crit.rel[0], crit.blocked[0],
-                              [2, 3, 4])
+    verdicts = report.Verdicts([False] * 5, [False, False, False, True, True], crit.rel[0],
+                               blocked=crit.blocked[0])
+    text = report.convergence(cfg, verdicts, crit.unbounded[0].tolist(), [2, 3, 4])
     assert "cannot be bounded for uniform:bits=2 (it sends where" in text, text
 
 

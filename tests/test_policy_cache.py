@@ -13,6 +13,7 @@ from collectives import files
 from collectives.costmodel import CostParams
 from collectives.policy import AutoPolicy, Layer, auto, cache, profile
 from collectives.policy.decide import weights
+from collectives.policy.tunables import Tunables
 from collectives.transport import CommCache
 from tests.mpirun import run
 from tests.test_mpi import _passed
@@ -146,7 +147,7 @@ def test_the_cache_keeps_the_measured_latencies(tmp_path, monkeypatch) -> None:
     runs = [policy(tmp_path, latency=None) for _ in range(2)]
     for pol in runs:
         drive(pol, Ranks(), range(6), model())
-    assert calls == list(range(auto.latencies.REPEATS + 1))  # the first run's rounds only
+    assert calls == list(range(Tunables().latency_repeats + 1))  # the first run's rounds only
     assert runs[1].measured == runs[0].measured is not None
     assert runs[1].decisions == runs[0].decisions
     assert runs[1].collective_s == runs[0].collective_s
@@ -164,7 +165,7 @@ def test_latencies_measured_after_a_cache_hit_are_added_to_it(tmp_path, monkeypa
     for _ in range(2):
         pol = policy(tmp_path, latency=None)
         assert drive(pol, Ranks(), range(6), model()) == [] and pol.cached
-    assert len(calls) == auto.latencies.REPEATS + 1  # the third run read them
+    assert len(calls) == Tunables().latency_repeats + 1  # the third run read them
     assert pol.measured is not None
 
 
@@ -463,15 +464,13 @@ def test_a_large_layer_is_profiled_on_a_sample_scaled_to_its_size(monkeypatch) -
     low = rng.standard_normal((1024, 2)) @ rng.standard_normal((2, 1024))  # low rank + noise
     grad = (low + 0.3 * rng.standard_normal(layer.shape)).astype(np.float32)
     grad *= np.linspace(0.1, 2.0, 1024, dtype=np.float32)  # columns of different scales
-    monkeypatch.setattr(profile, "SAMPLE", 1 << 18)
-    part = profile.sample(grad)
-    assert part.shape == (256, 1024) and np.array_equal(part, profile.sample(grad))
+    part = profile.sample(grad, size=1 << 18)
+    assert part.shape == (256, 1024) and np.array_equal(part, profile.sample(grad, size=1 << 18))
     assert not np.array_equal(part, grad[::4])  # random rows, not strided
     cands = AutoPolicy().config.candidates
 
     def rows(sample_size: int) -> np.ndarray:
-        monkeypatch.setattr(profile, "SAMPLE", sample_size)
-        prof = profile.Profiler(cands)
+        prof = profile.Profiler(cands, tunables=Tunables(sample=sample_size))
         prof.observe(0, layer, grad)
         return prof.table()[1][0, 1:].reshape(len(cands), profile.PER_CANDIDATE)
 
@@ -486,7 +485,6 @@ def test_a_hashed_embedding_is_not_aliased_by_the_sample(monkeypatch) -> None:
     """A table indexed by a multiplicative hash: the common tokens land on rows that a
     strided sample (every 16th row) happens to hit, a few rows that rank 4 fits exactly.
     The random row sample sees the table's spread of rows, and low rank's real error."""
-    monkeypatch.setattr(profile, "SAMPLE", 1 << 14)
     layer = Layer("table", 4096 * 16, (4096, 16), "embedding")
     rng = np.random.default_rng(5)
     grad = np.zeros(layer.shape, np.float32)

@@ -106,18 +106,20 @@ def test_a_layer_sent_whole_says_why(case: str, words: str) -> None:
 def test_the_reasons_the_plan_alone_knows() -> None:
     cfg = AutoConfig(candidates=("none", "fp16"), max_error=0.3)
     big = lay("w", 1 << 16)
-    body, errors, no = [100e-6, 10e-6], [0.0, 0.05], [False, False]
-    assert report.why(cfg, big, True, 0, body, errors, no, no, 0.01, None) == "error budget"
-    assert report.why(cfg, big, True, 0, body, errors, no, no, 0.09, 1).startswith(
+    options, no = report.Options([100e-6, 10e-6], [0.0, 0.05]), [False, False]
+    fine = report.Verdicts(no, no)
+    assert report.why(cfg, big, True, 0, options, fine, 0.01, None) == "error budget"
+    assert report.why(cfg, big, True, 0, options, fine, 0.09, 1).startswith(
         "standing decision kept (over fp16")
-    assert report.why(cfg, big, True, 0, body, errors, no, no, 0.09, None) == \
+    assert report.why(cfg, big, True, 0, options, fine, 0.09, None) == \
         "a collective of its own costs more than it saves"
-    assert report.why(cfg, big, False, 0, body, errors, no, no, 0.09, None) == \
+    assert report.why(cfg, big, False, 0, options, fine, 0.09, None) == \
         "not profiled yet"
-    held = report.why(AutoConfig(max_error=0.3), big, True, 2, [1e-6] * 6, [0.0] * 6,
-                      [False] * 4 + [True, True], [False] * 6, 0.0, None)
+    held = report.why(AutoConfig(max_error=0.3), big, True, 2,
+                      report.Options([1e-6] * 6, [0.0] * 6),
+                      report.Verdicts([False] * 4 + [True, True], [False] * 6), 0.0, None)
     assert held == "held back, residual grows: topk, powersgd:rank=4"
-    assert report.why(cfg, big, True, 1, body, errors, no, no, 0.0, None) == "-"
+    assert report.why(cfg, big, True, 1, options, fine, 0.0, None) == "-"
 
 
 def _regime_run(caplog, level: int) -> list[logging.LogRecord]:

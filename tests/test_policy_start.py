@@ -11,6 +11,7 @@ import pytest
 
 from collectives.policy import AutoPolicy, Layer, machine, profile
 from collectives.policy.probing import schedule
+from collectives.policy.tunables import Tunables
 from tests.test_policy import SteadyClock
 from tests.test_policy_cache import Ranks, decided, drive, model, policy
 
@@ -34,18 +35,18 @@ def test_each_profiling_step_observes_at_most_its_budget(tmp_path, monkeypatch) 
     """Seven weights of 16K-1M elements over five buckets: the steps spread them, a bucket
     stays whole where it fits, and a layer larger than the budget is profiled alone."""
     monkeypatch.setattr(profile, "time", SteadyClock())
-    monkeypatch.setattr(profile, "SAMPLE", 1 << 16)  # samples of 64K: the groups below
+    tunables = Tunables(sample=1 << 16)  # samples of 64K: the groups below
     sizes = [(65536, 65536), (131072,), (1 << 20,), (262144, 16384), (65536,)]
     buckets = [[Layer(f"b{b}.w{i}", n, (n // 64, 64), "linear") for i, n in enumerate(ns)]
                for b, ns in enumerate(sizes)]
     seen = spied(monkeypatch)
-    pol = policy(tmp_path, cache=False, profile_elements_per_step=BUDGET)
+    pol = policy(tmp_path, cache=False, profile_elements_per_step=BUDGET, tunables=tunables)
     drive(pol, Ranks(), range(14), buckets)
     per_step: dict[int, list[tuple[str, int]]] = {}
     for step, name, n in seen:
         per_step.setdefault(step, []).append((name, n))
     for step, layers in per_step.items():
-        sampled = sum(min(n, profile.SAMPLE) for _, n in layers)
+        sampled = sum(min(n, tunables.sample) for _, n in layers)
         assert len(layers) == 1 or (sum(n for _, n in layers) <= BUDGET
                                     and 4 * sampled <= BUDGET), (step, layers)
     groups = [sorted({name for name, _ in per_step[s]}) for s in sorted(per_step)][::2]
@@ -55,15 +56,15 @@ def test_each_profiling_step_observes_at_most_its_budget(tmp_path, monkeypatch) 
     assert decided(pol)[0] == (9, "decided (measured)")  # four groups of two probe steps
 
 
-def test_the_schedule_keeps_buckets_whole_where_they_fit(monkeypatch) -> None:
-    monkeypatch.setattr(profile, "SAMPLE", 10)  # a sample codes at most 10 elements
+def test_the_schedule_keeps_buckets_whole_where_they_fit() -> None:
+    ten = Tunables(sample=10)  # a sample codes at most 10 elements
     numel = {"a": 60, "b": 60, "c": 50, "d": 200, "e": 10, "f": 30}
-    assert schedule([["a", "b"], ["c"], ["d", "e"], ["f"]], numel, 100) == \
+    assert schedule([["a", "b"], ["c"], ["d", "e"], ["f"]], numel, 100, ten) == \
         [["a"], ["b"], ["c"], ["d"], ["e", "f"]]
-    assert schedule([["a", "e"], ["c"]], numel, 1 << 30) == [["a", "e", "c"]]
+    assert schedule([["a", "e"], ["c"]], numel, 1 << 30, ten) == [["a", "e", "c"]]
     # The sampled elements bound it too: three samples of 10, coded, cost 4 * 30 > 100.
-    assert schedule([["a"], ["c", "e"], ["f"]], numel, 100) == [["a"], ["c", "e"], ["f"]]
-    assert schedule([["a"], ["c", "e"], ["f"]], numel, 120) == [["a", "c", "e"], ["f"]]
+    assert schedule([["a"], ["c", "e"], ["f"]], numel, 100, ten) == [["a"], ["c", "e"], ["f"]]
+    assert schedule([["a"], ["c", "e"], ["f"]], numel, 120, ten) == [["a", "c", "e"], ["f"]]
 
 
 def test_the_line_through_codec_times() -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collectives.policy import AutoPolicy, canonical, decider, profile, trial
+from collectives.policy import AutoPolicy, canonical, profile, trial
+from collectives.policy.tunables import Tunables
 from tests.test_policy import SLOW, Ranks, SteadyClock
 from tests.test_policy_loss import BIG, FIRST
 
@@ -36,12 +37,12 @@ def run(monkeypatch, plan_s: float, sixteen_s: float, none_s: float = 1.0, steps
     """Drive the policy ``steps`` steps, each lasting what the layer is sent with says (longer
     and shorter by ``jitter`` of it in turn). Uncompressed is timed whatever its price
     (``far``: the share of the plan's price past which it is not)."""
-    monkeypatch.setattr(decider, "UNCOMPRESSED_FAR", far)
     clock = StepClock()
     monkeypatch.setattr(trial, "time", clock)
     pol = AutoPolicy(candidates=candidates, first=FIRST,
                      probe_steps=1, every=1000, cost=SLOW, latency="model", cache=False,
-                     optimizer="sgd", trial_steps=STEPS, loss_window=0)
+                     optimizer="sgd", trial_steps=STEPS, loss_window=0,
+                     tunables=Tunables(uncompressed_far=far))
     comm, rng, seen = Ranks(), np.random.default_rng(0), []
     for step in range(steps):
         pol.update(comm, step)
@@ -85,7 +86,7 @@ def test_where_uncompressed_is_as_fast_it_is_kept(monkeypatch) -> None:
     pol, seen = run(monkeypatch, plan_s=0.110, sixteen_s=0.105, none_s=0.100)
     assert seen[-1] == "none" and pol._trial.result["kept"] == "none", seen
     assert "measured: uncompressed as fast" in row(pol)
-    # 16 bits less than MIN_SHARE faster than uncompressed: still uncompressed (less error)
+    # 16 bits less than tunables.min_share faster than uncompressed: still uncompressed (less error)
     pol, seen = run(monkeypatch, plan_s=0.110, sixteen_s=0.098, none_s=0.100)
     assert seen[-1] == "none", seen
 
@@ -100,8 +101,8 @@ def test_a_gain_under_the_margin_counts_only_where_the_steps_measure_it(monkeypa
 
 
 def test_clearly_faster_asks_twice_the_noise_between_min_share_and_the_margin() -> None:
-    assert trial.clearly_faster(0.96, 1.0, 0.0, 0.1)  # 4% > MIN_SHARE, no noise
-    assert not trial.clearly_faster(0.98, 1.0, 0.0, 0.1)  # 2% < MIN_SHARE
+    assert trial.clearly_faster(0.96, 1.0, 0.0, 0.1)  # 4% > min_share, no noise
+    assert not trial.clearly_faster(0.98, 1.0, 0.0, 0.1)  # 2% < min_share
     assert not trial.clearly_faster(0.94, 1.0, 0.04, 0.1)  # 6% < twice the noise
     assert trial.clearly_faster(0.89, 1.0, 0.5, 0.1)  # the margin is the most it asks
 

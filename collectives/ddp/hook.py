@@ -13,7 +13,8 @@ import torch.distributed as dist
 from compressors.arrays import torch_raw
 from compressors.dtypes import lookup
 
-from .. import api, ops
+from .. import api, core, ops
+from ..compressed.compression import Compression
 from ..costparams import several_per_host
 from ..topology import topology
 from . import fastpath
@@ -161,11 +162,11 @@ def _start(state: CompressionState, comm: Any, g: Any, x: Any, step: int, st: di
         return api.iallreduce(x, op="sum", comm=comm, out=x, timeout=state.deadline,
                               algorithm=state.group_algorithm(), validate=check)
     algo = state.group_algorithm() if plain else state.algorithm
-    h = api.iallreduce(x, op="sum", comm=comm, out=x, name=g.name, step=step,
-                       compressor=state.compressor(g.spec), feedback=fb,
-                       scheme="dense" if plain else state.scheme, algorithm=algo,
-                       timeout=state.deadline, stats=st, validate=check,
-                       hierarchy=state.hierarchy)
+    call = Compression(state.compressor(g.spec), feedback=fb,
+                       scheme="dense" if plain else state.scheme, name=g.name, step=step,
+                       hierarchy=state.hierarchy, stats=st)
+    h = core.icompressed_allreduce(comm, x, call, op="sum", out=x, algorithm=algo,
+                                   timeout=state.deadline, validate=check)
     if plain and fb is not None:
         fb.residuals.pop(g.name, None)  # a residual moved here went out in full
     return h

@@ -68,8 +68,10 @@ def as_policy(policy: Any) -> Policy:
 
 def auto_parameters() -> list[str]:
     """The :class:`AutoConfig` fields an ``"auto:key=value,..."`` spec may set: every one but
-    ``candidates`` (a list: pass ``AutoPolicy(candidates=[...])``)."""
-    return [f.name for f in dataclasses.fields(AutoConfig) if f.name != "candidates"]
+    ``candidates`` (a list: pass ``AutoPolicy(candidates=[...])``) and ``tunables`` (an
+    object: pass ``AutoPolicy(tunables=Tunables(...))``)."""
+    return [f.name for f in dataclasses.fields(AutoConfig)
+            if f.name not in ("candidates", "tunables")]
 
 
 _POLICIES = (f"'auto' or 'auto:key=value,...' with key in {', '.join(auto_parameters())} "
@@ -87,6 +89,9 @@ def auto_config(spec: str) -> AutoConfig:
             raise ValueError(f"{spec!r}: candidates is a list and cannot be written in a spec; "
                              f"pass AutoPolicy(candidates=[...], ...) or "
                              f"AutoPolicy(AutoConfig(candidates=[...], ...))")
+        if key == "tunables":
+            raise ValueError(f"{spec!r}: tunables is an object and cannot be written in a spec; "
+                             f"pass AutoPolicy(tunables=Tunables(...), ...)")
         if key not in fields:
             raise ValueError(f"{spec!r}: auto has no parameter {key!r}; it takes "
                              f"{', '.join(auto_parameters())}")

@@ -29,16 +29,15 @@ changed, else the table at DEBUG.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Hashable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import costmodel
 from ..compressed.checks import known_hierarchy
 from . import latency as latencies
-from . import report
+from .actions import Journal, Now, Parts
 from .base import Policy
 from .cachefile import CacheFile
 from .config import DEFAULT_CANDIDATES, AutoConfig
@@ -47,11 +46,13 @@ from .decider import Decider
 from .layers import Layer
 from .layout import Layout
 from .part import Kept, Part, Whole
+from .phases import Machine, Phase
 from .probing import Probing
 from .quality import Quality
 from .trial import Trial
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from ..transport import Communicator
 
 __all__ = ["DEFAULT_CANDIDATES", "AutoConfig", "AutoPolicy"]
 
@@ -68,10 +69,9 @@ class AutoPolicy(Whole, Policy):
     """
 
     adaptive = True
-    SHIFT = 0.05  # a move of a bucket's live share that is worth pricing again
-    NORM_EVERY = 4  # steps per gradient-norm reading once decided (see ``wants_norm``)
 
     # The state others read (and may set), kept by the parts.
+    log, cached = Kept("_journal"), Kept("_journal")  # (``cached``: read from the cache)
     decisions, rows, total_error, collective_s = (Kept("_decider") for _ in range(4))
     cost, latency, measured, fitted = (Kept("_costs") for _ in range(4))
     measurements = Kept("_probing")
@@ -81,14 +81,15 @@ class AutoPolicy(Whole, Policy):
                  latency: str | float | Mapping[str, float] | None = None,
                  **options: Any) -> None:
         self.config = cfg = config or AutoConfig(**options)
-        self._costs = Costs(cfg.candidates, cost, latencies.check(latency, cfg.candidates))
-        self.log: list[dict[str, Any]] = []
-        self.cached = False  # the measurements came from the cache
-        self._called = False  # update has run (on this communicator)
-        self._unsaved = False  # measurements the cache does not hold yet
+        self._costs = Costs(cfg.candidates, cost, latencies.check(latency, cfg.candidates),
+                            cfg.tunables)
+        self._journal = Journal()  # the log, and whether the cache gave the measurements
         self._layout, self._probing = Layout(), Probing(cfg)
         self._cache, self._decider, self._quality = CacheFile(cfg), Decider(cfg), Quality(cfg)
         self._trial = Trial(cfg)
+        self._machine = Machine(Parts(cfg, self._layout, self._probing, self._costs,
+                                      self._cache, self._decider, self._quality, self._trial,
+                                      self._journal))
 
     def choose(self, layer: Layer) -> str:
         return self._decider.choose(layer)
@@ -126,9 +127,9 @@ class AutoPolicy(Whole, Policy):
 
     def wants_norm(self, step: int) -> bool:
         """Whether the hook should report ``step``'s gradient norms: one step in
-        ``NORM_EVERY`` (a pass over every bucket on the critical path; the window's mean
-        needs no more), and every step of the window before the first decision."""
-        return step % self.NORM_EVERY == 0 or self._decider.last is None
+        ``tunables.norm_every`` (a pass over every bucket on the critical path; the window's
+        mean needs no more), and every step of the window before the first decision."""
+        return step % self.config.tunables.norm_every == 0 or self._decider.last is None
 
     def observe_norm(self, step: int, sq_norm: float, bucket: Hashable | None = None) -> None:
         self._decider.signals.add(step, sq_norm, bucket)
@@ -143,117 +144,15 @@ class AutoPolicy(Whole, Policy):
         self._quality.add(step, value)
 
     # -- deciding ------------------------------------------------------------------------
-    def update(self, comm: Any, step: int, *, plain: str | None = None,
+    def update(self, comm: Communicator, step: int, *, plain: str | None = None,
                hierarchy: str = "auto") -> bool:
-        """Read or finish the measurements, decide when due (see ``Policy.update``).
-        Collective when it reads the cache, profiles or decides."""
-        cfg, probing, dec, old = self.config, self._probing, self._decider, dict(self.decisions)
-        known_hierarchy(hierarchy)
-        if not self._called:  # the first step pays the one-time costs: the link's fit too
-            self._called = True
-            if self._costs.wants_fit() or cfg.cache and not cfg.link:
-                costmodel.params(comm)  # (collective on first use; kept on the communicator)
-        change = dec.close(step)
-        if change is not None:
-            self.log.append({"step": step, "event": "regime change", "norm_change": change})
-        self._trial.tick(step)
-        if self._trial.due():
-            self._time_plan(comm, step)
-        if self._quality.due(step):
-            self._check_loss(comm, step)
-        if not probing.active and step >= cfg.first:
-            if not probing.ready and dec.last is None:
-                self._read_cache(comm, step)
-            todo = probing.todo(self._layout)
-            if not probing.ready or todo:
-                probing.begin(step, todo, self._layout)
-        if probing.active and step >= probing.end():
-            self._cache.keep_speeds(comm, probing.finish(comm))
-            self._unsaved = True
-            self._decide(comm, step, plain, hierarchy, "measured" if dec.last is None
-                         else "new layers measured")
-        elif probing.active:
-            self._costs.round(comm, plain)  # spread over the profiling steps
-        elif probing.ready and dec.due(step):
-            if dec.last is not None and not dec.regime and not dec.moved(self.SHIFT) \
-                    and self._quality.fallback is None:
-                # The prices depend on nothing else that moves: the same plan, at no cost.
-                dec.keep(step)
-                self.log.append({"step": step, "event": "kept (live shares unchanged)"})
-            else:
-                self._decide(comm, step, plain, hierarchy, dec.why_now(self.cached))
-        if self._unsaved:  # measured something new: keep it for the next run
-            self._cache.write(comm, self._layout, self.measurements, self.measured,
-                              self.fitted)
-            self._unsaved = False
-        return old != self.decisions
-
-    def _decide(self, comm: Any, step: int, plain: str | None, hierarchy: str,
-                reason: str) -> None:
-        self._decider.begin(step)
-        if not self._layout.layers:  # no gradient was seen (the same on every rank)
-            self.log.append({"step": step, "event": "nothing profiled; decisions kept"})
-            return
-        cost = self._costs.model(comm)  # (collective on first use)
-        fixed, seconds = self._costs.fixed(comm, cost, plain)
-        if seconds is not None:
-            self._unsaved = True
-            self.log.append({"step": step, "event": "collective latency measured",
-                             "latency_us": {k: v * 1e6 for k, v in seconds.items()}})
+        """Read or finish the measurements, decide when due (see ``Policy.update``): one step
+        of the phase machine (``phases``). Collective when it reads the cache, profiles or
+        decides."""
         old = dict(self.decisions)
-        before = self._quality.before(comm, step)  # (collective when the check is on)
-        out = self._decider.decide(comm, self._layout, self.measurements, cost, fixed,
-                                   hierarchy)
-        self.log.append({"step": step, "event": f"decided ({reason})",
-                         "predicted_s": out.total, "error": self.total_error,
-                         "collective_us": {k: v * 1e6 for k, v in self.collective_s.items()}})
-        fallback = self._quality.decided(step, self._decider, old, before)
-        if fallback is None and self._trial.repeat(self._decider, self._quality.safe()):
-            self.log.append({"step": step, "event": "trial: its measurement kept"})
-        elif fallback is None:  # measured against 16 bits and uncompressed next
-            self._trial.start(step, self._decider.phases(old))
-        if fallback is not None:
-            self.log.append({"step": step, "event": f"quality {fallback}"})
-        if comm.rank == 0:  # every rank decides alike
-            report.log_decision(log, step, reason, self.rows, out.total,
-                                self._decider.rides(self._layout), old != self.decisions,
-                                self.table())
-
-    def _time_plan(self, comm: Any, step: int) -> None:
-        """The trial's phase has its steps: time 16 bits next, or keep the faster (collective
-        at the trial's end; every rank alike)."""
-        outcome = self._trial.advance(comm, step, self._decider, self._quality.safe())
-        self.log.append({"step": step, "event": f"trial: {outcome}",
-                         **(self._trial.result or {})})
-        if comm.rank == 0 and outcome in ("kept", "16 bits", "uncompressed"):
-            r = self._trial.result or {}
-            times = ", ".join(f"{r[k] * 1e3:.1f} ms {w}" for k, w in (
-                ("plan_s", "under the plan"), ("sixteen_s", "at 16 bits"),
-                ("none_s", "uncompressed")) if k in r)
-            log.info("step %d: measured a step %s: %s kept", step, times,
-                     "the plan" if outcome == "kept" else outcome)
-
-    def _check_loss(self, comm: Any, step: int) -> None:
-        """The window after a decision has ended: 16 bits if the loss fell behind
-        (collective; every rank alike), logged once on rank 0."""
-        fell = self._quality.fell(comm, step, self._decider)
-        if fell is not None:
-            self.log.append({"step": step, "event": "quality fell behind", **fell})
-            if comm.rank == 0 and fell["held"]:
-                log.warning("%s\n%s", report.fell_behind(step, fell, self._quality.safe()),
-                            self.table())
-
-    def _read_cache(self, comm: Any, step: int) -> None:
-        record = self._cache.read(comm, self._layout)
-        if record is None:
-            self._probing.speeds = self._cache.speeds(comm)  # (this machine's, any model's)
-            return
-        self._probing.adopt(record["table"])
-        self._costs.adopt(record["measured"], record["fit"])
-        self.cached = True
-        assert self._cache.found is not None
-        self.log.append({"step": step, "event": "measurements read",
-                         "file": str(self._cache.found.path)})
+        known_hierarchy(hierarchy)
+        self._machine.step(Now(comm, step, plain, hierarchy))
+        return old != self.decisions
 
     # -- reporting and state -------------------------------------------------------------
     def table(self, layers: list[Layer] | None = None) -> str:
@@ -261,6 +160,11 @@ class AutoPolicy(Whole, Policy):
         predicted step, error and why), or what is sent until the first; ``layers`` is not
         needed (the policy knows them from the hook)."""
         return self._decider.table(self._layout)
+
+    @property
+    def phase(self) -> str:
+        """The main phase after the last step ("warm-up", "probing", "decided"; ``phases``)."""
+        return Phase.of(self._machine.parts).name
 
     def _parts(self) -> tuple[Part, ...]:
         return self._layout, self._probing, self._costs, self._cache, self._decider, \

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import compressors
 
 from .layers import Layer
+
+if TYPE_CHECKING:
+    from ..transport import Communicator
 
 
 def canonical(spec: Any) -> str:
@@ -107,7 +110,7 @@ class Policy:
         adaptive policy checks its decisions against it. Each rank reports its own local
         loss, every step or at least every few steps."""
 
-    def update(self, comm: Any, step: int, *, plain: str | None = None,
+    def update(self, comm: Communicator, step: int, *, plain: str | None = None,
                hierarchy: str = "auto") -> bool:
         """At the start of ``step``, nothing in flight: decide when due (collective on
         every rank alike). True if the decisions changed. ``plain``: the algorithm of

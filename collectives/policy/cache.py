@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,7 +40,12 @@ import compressors
 
 from ..files import ignored, integer, load_json, number, read_small, write_atomic
 from ..transport.base import share_bytes
-from .columns import ADAM_ERR, ADAM_RESIDUAL, ADAM_SQ, PER_CANDIDATE, RESIDUAL, UNBOUNDED
+from . import columns as c
+
+if TYPE_CHECKING:
+    from .. import costmodel
+    from ..transport import Communicator
+    from .config import AutoConfig
 
 SCHEMA = 3  # 3: the Adam-space columns (``columns``)
 ENV = "COMPCOLL_CACHE_DIR"
@@ -64,14 +69,14 @@ class Located:
     layout: list[list[Any]]
 
 
-def link(engine: str, fitted: Any) -> str:
+def link(engine: str, fitted: costmodel.CostParams) -> str:
     """The link's name in a key: the engine and the decade of the fitted alpha and beta
     (coarse, so that two fits of one link on busy cores mostly name it alike)."""
     decade = [round(math.log10(x)) if x > 0 else None for x in (fitted.alpha, fitted.beta)]
     return f"{engine} alpha~1e{decade[0]} beta~1e{decade[1]}"
 
 
-def locate(layout: list[list[Any]], world: int, link_name: str, cfg: Any) -> Located:
+def locate(layout: list[list[Any]], world: int, link_name: str, cfg: AutoConfig) -> Located:
     """The file of this layout, world size, link and configuration (``cfg``: AutoConfig)."""
     k = key(layout, world, link_name, cfg.candidates, cfg.min_numel)
     return Located(k, directory(cfg.cache_dir) / f"{k}.json", layout)
@@ -175,30 +180,31 @@ def _seconds(value: Any, cands: tuple[str, ...], what: str, *,
 
 
 def _row(name: str, row: Any, cands: tuple[str, ...], numel: int) -> np.ndarray:
-    """One layer's row (see ``profile.PER_CANDIDATE``), every number typed and in range."""
-    width = 1 + PER_CANDIDATE * len(cands)
-    if not (isinstance(row, list) and len(row) == width):
-        raise ValueError(f"layer {name!r}: the row must be a list of {width} numbers")
+    """One layer's row (see ``columns``), every number typed and in range."""
+    wide = c.width(len(cands))
+    if not (isinstance(row, list) and len(row) == wide):
+        raise ValueError(f"layer {name!r}: the row must be a list of {wide} numbers")
     arr = np.array([number(x, f"layer {name!r} column {i}") for i, x in enumerate(row)])
-    _in(arr[0], f"layer {name!r}: its squared norm", 0.0, MAX_SQUARES)
+    _in(arr[c.NORM], f"layer {name!r}: its squared norm", 0.0, MAX_SQUARES)
     most = 64.0 * max(numel, 1) + (1 << 20)  # any payload's bytes, a header included
-    bounds = {0: ("squared error", 0.0, MAX_SQUARES, False),
-              1: ("squared sum", 0.0, MAX_SQUARES, False),
-              2: ("compress seconds", 0.0, MAX_SECONDS, True),
-              3: ("decompress seconds", 0.0, MAX_SECONDS, True),
-              4: ("payload bytes", 0.0, most, True),
-              5: ("kept elements", 0.0, float(numel), False),
-              RESIDUAL: ("residual", 0.0, MAX_SQUARES, False),
-              ADAM_ERR: ("Adam-scaled squared error", 0.0, MAX_SQUARES, False),
-              ADAM_SQ: ("Adam-scaled squared sum", 0.0, MAX_SQUARES, False),
-              ADAM_RESIDUAL: ("Adam-scaled residual", 0.0, MAX_SQUARES, False),
-              UNBOUNDED: ("unbounded steps", 0.0, 1e9, False)}
-    cols = arr[1:].reshape(len(cands), PER_CANDIDATE)
+    bounds = {c.ERR: ("squared error", 0.0, MAX_SQUARES, False),
+              c.SQ: ("squared sum", 0.0, MAX_SQUARES, False),
+              c.COMPRESS: ("compress seconds", 0.0, MAX_SECONDS, True),
+              c.DECOMPRESS: ("decompress seconds", 0.0, MAX_SECONDS, True),
+              c.BYTES: ("payload bytes", 0.0, most, True),
+              c.KEPT: ("kept elements", 0.0, float(numel), False),
+              c.RESIDUAL: ("residual", 0.0, MAX_SQUARES, False),
+              c.ADAM_ERR: ("Adam-scaled squared error", 0.0, MAX_SQUARES, False),
+              c.ADAM_SQ: ("Adam-scaled squared sum", 0.0, MAX_SQUARES, False),
+              c.ADAM_RESIDUAL: ("Adam-scaled residual", 0.0, MAX_SQUARES, False),
+              c.UNBOUNDED: ("unbounded steps", 0.0, 1e9, False)}
+    cols = c.per_candidate(arr)
     for spec, col in zip(cands, cols, strict=True):
         for j, (what, low, high, above) in bounds.items():
             _in(col[j], f"layer {name!r}, {spec}: {what}", low, high, above=above)
     plain = cols[cands.index("none")] if "none" in cands else None
-    if plain is not None and (plain[0] != 0 or plain[RESIDUAL] != 0 or plain[ADAM_ERR] != 0):
+    if plain is not None and (plain[c.ERR] != 0 or plain[c.RESIDUAL] != 0
+                              or plain[c.ADAM_ERR] != 0):
         raise ValueError(f"layer {name!r}: 'none' (the identity) shows an error")
     return arr
 
@@ -271,7 +277,7 @@ def read(path: Path, want: str, world: int, cands: tuple[str, ...],
         return None
 
 
-def share(comm: Any, data: bytes | None) -> bytes | None:
+def share(comm: Communicator, data: bytes | None) -> bytes | None:
     """Rank 0's ``data`` on every rank (collective; None where rank 0 has none)."""
     return share_bytes(comm, data, collective="policy cache")
 
@@ -283,7 +289,7 @@ def load(data: bytes) -> dict[str, Any]:
             "measured": record["measured"], "fit": record["fit"]}
 
 
-def fetch(comm: Any, found: Located, cands: tuple[str, ...]) -> dict[str, Any] | None:
+def fetch(comm: Communicator, found: Located, cands: tuple[str, ...]) -> dict[str, Any] | None:
     """The table and measured latencies in ``found``, read by rank 0 and validated, on every
     rank (collective); None on every rank when rank 0 has none or its switch is off."""
     world = comm.size

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from . import cache, machine
 from .config import AutoConfig
 from .layout import Layout
 from .part import Part
+
+if TYPE_CHECKING:
+    from ..transport import Communicator
 
 
 class CacheFile(Part):
@@ -33,7 +36,7 @@ class CacheFile(Part):
         self.config = config
         self.found: cache.Located | None = None
 
-    def locate(self, comm: Any, layout: Layout) -> cache.Located | None:
+    def locate(self, comm: Communicator, layout: Layout) -> cache.Located | None:
         """This model's cache file; None without a layout (the hook reports it) or with
         the cache off. Collective on first use (the cost model's fit names the link)."""
         cfg = self.config
@@ -42,13 +45,13 @@ class CacheFile(Part):
         link = cfg.link or cache.link(comm.engine, costmodel.params(comm))
         return cache.locate(layout.key(), comm.size, link, cfg)
 
-    def read(self, comm: Any, layout: Layout) -> dict[str, Any] | None:
+    def read(self, comm: Communicator, layout: Layout) -> dict[str, Any] | None:
         """The file's table, measured latencies and fit on every rank (collective), or None
         when there is no file, or no usable one."""
         found = self.found = self.locate(comm, layout)
         return None if found is None else cache.fetch(comm, found, self.config.candidates)
 
-    def write(self, comm: Any, layout: Layout, measurements: Mapping[str, np.ndarray],
+    def write(self, comm: Communicator, layout: Layout, measurements: Mapping[str, np.ndarray],
               measured: Mapping[str, Any] | None,
               fitted: costmodel.CostParams | None) -> None:
         """Keep the measurements for the next run (rank 0 writes; the others only locate)."""
@@ -59,13 +62,13 @@ class CacheFile(Part):
             fit = None if fitted is None else saved_fit(fitted)
             cache.store(found, self.config.candidates, measurements, measured, fit)
 
-    def speeds(self, comm: Any) -> dict[str, list[float]]:
+    def speeds(self, comm: Communicator) -> dict[str, list[float]]:
         """This machine's known codec speeds of the candidates, on every rank ({} with the
         cache off; collective otherwise)."""
         cfg = self.config
         return machine.fetch(comm, cfg.cache_dir, cfg.candidates) if cfg.cache else {}
 
-    def keep_speeds(self, comm: Any, speeds: Mapping[str, list[float]]) -> None:
+    def keep_speeds(self, comm: Communicator, speeds: Mapping[str, list[float]]) -> None:
         """Add the codec speeds timed here to this machine's file (rank 0 writes)."""
         if self.config.cache and speeds and comm.rank == 0:
             machine.store(self.config.cache_dir, speeds)

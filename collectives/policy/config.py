@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..config import MIN_NUMEL
 from .base import canonical
+from .tunables import DEFAULTS, Tunables
 
 DEFAULT_CANDIDATES = ("none", "fp16", "uniform:bits=8", "uniform:bits=4", "topk:ratio=0.01",
                       "powersgd:rank=4")
@@ -51,7 +53,7 @@ class AutoConfig:
     #: elements are 64 KiB, under a millisecond at 1 Gbit/s, so compressing them saves less
     #: than the codec and timing noise cost, and their few bytes ride in their bucket's
     #: uncompressed collective (biases, norm scales, small heads).
-    min_numel: int = 16384
+    min_numel: int = MIN_NUMEL
     #: Keep the measurements on disk (see ``collectives.policy.cache``): a later run of the
     #: same model, world size and link decides at its first step without profiling.
     cache: bool = True
@@ -87,6 +89,9 @@ class AutoConfig:
     #: faster (``trial``: by twice the measured noise and 3% at least, ``margin`` at most).
     #: 0 trusts the prediction.
     trial_steps: int = 6
+    #: The numbers below these settings, each with the reason for its default (``tunables``):
+    #: set in code (``AutoConfig(tunables=Tunables(shift=0.1))``), not in a spec string.
+    tunables: Tunables = DEFAULTS
 
     def __post_init__(self) -> None:
         if not self.candidates:
@@ -132,6 +137,9 @@ class AutoConfig:
             raise ValueError(f"loss_ratio must be a share in [0, 1], got {self.loss_ratio}")
         if not isinstance(self.cache, bool):
             raise ValueError(f"cache must be True or False, got {self.cache!r}")
+        if not isinstance(self.tunables, Tunables):
+            raise ValueError(f"tunables must be a collectives.policy.tunables.Tunables, got "
+                             f"{self.tunables!r}")
         for key in ("cache_dir", "link"):
             value = getattr(self, key)
             if value is not None and not (isinstance(value, str) and value):

@@ -13,7 +13,7 @@ any planned network (``latency.fixed``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,10 @@ from . import latency as latencies
 from . import plan
 from .cachefile import loaded_fit
 from .part import Part
+from .tunables import DEFAULTS, Tunables
+
+if TYPE_CHECKING:
+    from ..transport import Communicator
 
 #: The column of the engine's own allreduce in the latency rounds.
 ENGINE = "engine"
@@ -37,8 +41,10 @@ class Costs(Part):
     KEYS = {"measured": "measured", "fitted": "fitted"}
 
     def __init__(self, candidates: tuple[str, ...], cost: costmodel.CostParams | None,
-                 latency: Any) -> None:
+                 latency: latencies.Latency, tunables: Tunables = DEFAULTS) -> None:
         self.candidates, self.cost, self.latency = candidates, cost, latency
+        #: Elements of the timed tensor, and rounds after the warm-up (``latency``).
+        self.size, self.repeats = tunables.latency_size, tunables.latency_repeats
         #: What ``latency.measure`` found: ranks, seconds and overhead per candidate.
         self.measured: dict[str, Any] | None = None
         #: The cost model of the link, fitted at the first decision or read with the
@@ -50,7 +56,7 @@ class Costs(Part):
         """Whether pricing needs the model fitted on the communicator."""
         return self.cost is None or self.latency is None
 
-    def model(self, comm: Any) -> costmodel.CostParams:
+    def model(self, comm: Communicator) -> costmodel.CostParams:
         """The model to price with: ``cost``, else the fitted one (collective on first use)."""
         if self.fitted is None and self.wants_fit():
             self.fitted = costmodel.params(comm)
@@ -64,14 +70,15 @@ class Costs(Part):
         return self.latency is None and (m is None or m["ranks"] != p
                                          or set(m["overhead_s"]) != set(self.candidates))
 
-    def round(self, comm: Any, plain: str | None) -> None:
+    def round(self, comm: Communicator, plain: str | None) -> None:
         """One timed call per candidate (collective), while the latencies are wanted:
-        ``REPEATS + 1`` rounds, one per profiling step, the rest at the decision."""
-        if self.needed(comm.size) and len(self.rounds) <= latencies.REPEATS:
+        ``repeats + 1`` rounds, one per profiling step, the rest at the decision."""
+        if self.needed(comm.size) and len(self.rounds) <= self.repeats:
             self.rounds.append(latencies.one_round(comm, self.candidates, plain,
-                                                   len(self.rounds), engine=True))
+                                                   len(self.rounds), size=self.size,
+                                                   engine=True))
 
-    def fixed(self, comm: Any, cost: costmodel.CostParams, plain: str | None
+    def fixed(self, comm: Communicator, cost: costmodel.CostParams, plain: str | None
               ) -> tuple[list[float], dict[str, float] | None]:
         """Seconds of one collective per candidate under ``cost``, and the seconds measured
         now when this call finished measuring them (collective then), else None."""
@@ -84,7 +91,7 @@ class Costs(Part):
             return [float(self.latency)] * len(cands), None
         seconds = None
         if self.needed(p):
-            while len(self.rounds) < latencies.REPEATS + 1:
+            while len(self.rounds) < self.repeats + 1:
                 self.round(comm, plain)
             mine = latencies.nanoseconds(np.stack(self.rounds))
             names = (*cands, ENGINE) if mine.size == len(cands) + 1 else cands

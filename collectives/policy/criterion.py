@@ -50,12 +50,12 @@ class Criterion:
 
 def measure(optimizer: str, cands: tuple[str, ...], rows: np.ndarray) -> Criterion:
     """The criterion of ``optimizer`` ("adam" or "sgd") on the table ``rows``."""
-    cols = rows[:, 1:].reshape(rows.shape[0], len(cands), col.PER_CANDIDATE)
+    cols = col.per_candidate(rows)
     plain = np.sqrt(cols[:, :, col.ERR] / np.maximum(cols[:, :, col.SQ], 1e-300))
     if optimizer == "sgd":
         none = np.zeros(plain.shape, dtype=bool)
         return Criterion("error", plain, np.sqrt(cols[:, :, col.RESIDUAL]), none,
-                         [None] * len(rows), rows[:, 0].copy(), True)
+                         [None] * len(rows), rows[:, col.NORM].copy(), True)
     sq = cols[:, :, col.ADAM_SQ]
     adam = np.sqrt(cols[:, :, col.ADAM_ERR] / np.maximum(sq, 1e-300))
     norms = sq.max(axis=1)  # the same gradient under every candidate

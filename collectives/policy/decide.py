@@ -18,16 +18,18 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-import compressors
-
 from .. import costmodel
 from . import criterion, plan, report
-from .columns import PER_CANDIDATE
+from .columns import BYTES, KEPT, per_candidate, width
 from .layers import Layer
+
+if TYPE_CHECKING:
+    from ..transport import Communicator
+    from .config import AutoConfig
 
 
 @dataclass
@@ -46,12 +48,12 @@ def unmeasured(layer: Layer, cands: tuple[str, ...]) -> np.ndarray:
     """The table row of a layer never profiled: no coding time, no error, its float32 bytes,
     or 16-bit ones under a 16-bit format (a small layer may ride in one, see
     :func:`decide`; a large one unmeasured is allowed only "none")."""
-    row = np.zeros(1 + PER_CANDIDATE * len(cands))
-    cols = row[1:].reshape(len(cands), PER_CANDIDATE)
-    cols[:, 4], cols[:, 5] = 4 * max(layer.numel, 1), layer.numel
+    row = np.zeros(width(len(cands)))
+    cols = per_candidate(row)
+    cols[:, BYTES], cols[:, KEPT] = 4 * max(layer.numel, 1), layer.numel
     for c, spec in enumerate(cands):
         if spec != "none" and criterion.sixteen(spec):
-            cols[c, 4] = 2 * max(layer.numel, 1)
+            cols[c, BYTES] = 2 * max(layer.numel, 1)
     return row
 
 
@@ -73,20 +75,64 @@ def weights(norms: np.ndarray, buckets: list[Hashable],
     return out
 
 
-def decide(comm: Any, cfg: Any, layers: list[Layer], rows: np.ndarray, measured: list[bool],
-           buckets: list[Hashable], live: Mapping[Hashable, float],
-           cost: costmodel.CostParams, fixed: list[float],
-           standing: Mapping[str, str], hierarchy: str = "auto") -> Outcome:
+@dataclass(frozen=True)
+class Table:
+    """The layers a decision prices, in one order: each layer, its row of the measured table
+    (``columns``; a layer never measured has :func:`unmeasured`'s), whether it was measured,
+    and the DDP bucket it travels in (its name where unknown)."""
+
+    layers: list[Layer]
+    rows: np.ndarray
+    measured: list[bool]
+    buckets: list[Hashable]
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """How a collective is priced: the cost model, each candidate's fixed cost of one
+    collective (seconds, ``costs``), and how compressed calls cross hosts (the hook's
+    ``hierarchy``, see ``plan.price``)."""
+
+    cost: costmodel.CostParams
+    fixed: list[float]
+    hierarchy: str = "auto"
+
+
+def residual_grows(residual: np.ndarray, cfg: AutoConfig) -> np.ndarray:
+    """The residual bound, per candidate: error feedback's residual grew past
+    ``max_residual`` steps of gradient while profiling, so the compressor withholds ever more
+    of the update (which its per-step error does not show)."""
+    return residual > cfg.max_residual
+
+
+def over_budget(rel: np.ndarray, cfg: AutoConfig) -> np.ndarray:
+    """The per-layer error bound, per candidate: its own error is above the whole budget.
+    Under Adam every layer moves about as far whatever its share of the norm, so a layer of a
+    small share is not free to lose its gradient."""
+    return rel > cfg.max_error
+
+
+def keeps_standing(total: float, standing: float, cfg: AutoConfig) -> bool:
+    """Hysteresis: a new plan of ``total`` seconds replaces the standing one (priced anew at
+    ``standing``) only when clearly faster (``plan.clear``): noise must not flip decisions."""
+    return not plan.clear(total, standing, cfg.min_gain, cfg.margin)
+
+
+def decide(comm: Communicator, cfg: AutoConfig, table: Table, live: Mapping[Hashable, float],
+           pricing: Pricing, standing: Mapping[str, str]) -> Outcome:
     """The plan of least predicted step time within the error budget (see ``auto``); a
-    layer under ``cfg.min_numel`` elements or not ``measured`` is sent uncompressed, and a
+    layer under ``cfg.min_numel`` elements or not measured is sent uncompressed, and a
     compressor whose residual grew past ``cfg.max_residual`` is not used for the layer.
-    Compressed calls are priced crossing hosts as ``hierarchy`` has them (``plan.price``)."""
+    Compressed calls are priced crossing hosts as ``pricing.hierarchy`` has them
+    (``plan.price``); ``standing``: the decisions in force (hysteresis)."""
+    layers, rows, measured, buckets = table.layers, table.rows, table.measured, table.buckets
+    cost, fixed, hierarchy = pricing.cost, pricing.fixed, pricing.hierarchy
     cands, budget = cfg.candidates, cfg.max_error ** 2
     crit = criterion.measure(cfg.optimizer, cands, rows)
     share = weights(crit.norms, buckets, live if crit.live else {})
     times, errors, rel, grew, over = [], [], [], [], []
     for i, (layer, row, w, seen) in enumerate(zip(layers, rows, share, measured, strict=True)):
-        cols = row[1:].reshape(len(cands), PER_CANDIDATE)
+        cols = per_candidate(row)
         r = crit.rel[i]
         # A small layer is never profiled and never gets a compressor of its own, but may
         # ride in a 16-bit group of its bucket (``Decider.choose_bucket``): pricing it there
@@ -95,8 +141,8 @@ def decide(comm: Any, cfg: Any, layers: list[Layer], rows: np.ndarray, measured:
         plain_only = small or not seen
         # Ruled out for this layer: a residual that grows, a per-step error above the whole
         # budget, or one that cannot be bounded (see the module doc).
-        grew.append(crit.residual[i] > cfg.max_residual)
-        over.append(r > cfg.max_error)
+        grew.append(residual_grows(crit.residual[i], cfg))
+        over.append(over_budget(r, cfg))
         times.append([math.inf if spec != "none" and (ruled or plain_only and not (
                           small and criterion.sixteen(spec))) else
                       plan.price(comm.size, layer, spec, col, cost, hierarchy)
@@ -107,15 +153,14 @@ def decide(comm: Any, cfg: Any, layers: list[Layer], rows: np.ndarray, measured:
         rel.append(r)
     body = plan.bodies(comm.size, cands, times, cost)
     # The hook sends each matrix of a multi-step method (PowerSGD) in collectives of its own.
-    alone = frozenset(c for c, spec in enumerate(cands)
-                      if compressors.get(spec).capabilities.allreduce_steps)
+    alone = plan.sends_alone(cands)
     pick, total = plan.plan(cands, body, errors, budget, cfg.bins, fixed, buckets,
-                            cfg.min_gain, cfg.margin, alone)
+                            plan.Noise(cfg.min_gain, cfg.margin))
     wanted: list[int | None] = [None] * len(layers)  # what a standing plan overrode
     old = previous(cands, layers, standing, errors, budget)
     if old is not None:  # hysteresis: a new plan must clearly beat the standing one
         old_total = plan.step_time(old, body, fixed, buckets, alone)
-        if not plan.clear(total, old_total, cfg.min_gain, cfg.margin):
+        if keeps_standing(total, old_total, cfg):
             wanted = [c if c != o else None for c, o in zip(pick, old, strict=True)]
             pick = old
     pick = plan.agreed(comm, pick)
@@ -130,14 +175,14 @@ def decide(comm: Any, cfg: Any, layers: list[Layer], rows: np.ndarray, measured:
     slack = budget - sum(errors[i][c] for i, c in enumerate(pick))
     out.rows = [{"layer": lay.name, "numel": lay.numel, "kind": lay.kind,
                  "compressor": cands[c],
-                 "bytes": int(row[1:].reshape(-1, PER_CANDIDATE)[c, 4]),
+                 "bytes": int(per_candidate(row)[c, BYTES]),
                  "predicted_us": (body[i][c] + fixed[c]) * 1e6, "error": float(rel[i][c]),
                  "step_us": parts[i] * 1e6, "profiled": profiled[i],
                  "residual": float(crit.residual[i][c]),
                  "held_back": [cands[j] for j, g in enumerate(grew[i]) if g],
-                 "why": report.why(cfg, lay, measured[i], c, body[i], errors[i], grew[i],
-                                   over[i], slack, wanted[i], rel[i], crit.unbounded[i],
-                                   crit.blocked[i])}
+                 "why": report.why(cfg, lay, measured[i], c, report.Options(body[i], errors[i]),
+                                   report.Verdicts(grew[i], over[i], rel[i], crit.unbounded[i],
+                                                   crit.blocked[i]), slack, wanted[i])}
                 for i, (lay, c, row) in enumerate(zip(layers, pick, rows, strict=True))]
     return out
 

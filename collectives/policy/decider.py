@@ -10,7 +10,7 @@ plan is kept without even that. The decision itself is ``decide``'s.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,15 +20,14 @@ from .. import costmodel
 from . import report
 from .config import AutoConfig
 from .criterion import sixteen
-from .decide import Outcome, decide, unmeasured
+from .decide import Outcome, Pricing, Table, decide, unmeasured
 from .layers import Layer
 from .layout import Layout
 from .part import Part
 from .signals import Signals
 
-#: The trial times every layer uncompressed only where the cost model prices that within this
-#: many times the plan's communication (see ``Decider.phases``).
-UNCOMPRESSED_FAR = 1.5
+if TYPE_CHECKING:
+    from ..transport import Communicator
 
 
 class Decider(Part):
@@ -145,7 +144,7 @@ class Decider(Part):
         self.last, self.regime = step, False
         self.live_used = dict(self.signals.live)
 
-    def decide(self, comm: Any, layout: Layout, measurements: Mapping[str, np.ndarray],
+    def decide(self, comm: Communicator, layout: Layout, measurements: Mapping[str, np.ndarray],
                cost: costmodel.CostParams, fixed: list[float], hierarchy: str = "auto"
                ) -> Outcome:
         """Decide every layer of ``layout`` (collective: ``plan.agreed``), its compressed
@@ -155,9 +154,10 @@ class Decider(Part):
         layers = [layout.layers[n] for n in names]
         rows = np.stack([measurements[n] if n in measurements else unmeasured(lay, cands)
                          for n, lay in zip(names, layers, strict=True)])
-        out = decide(comm, self.config, layers, rows, [n in measurements for n in names],
-                     [layout.bucket.get(n, n) for n in names], self.signals.live, cost,
-                     fixed, self.decisions, hierarchy)
+        table = Table(layers, rows, [n in measurements for n in names],
+                      [layout.bucket.get(n, n) for n in names])
+        out = decide(comm, self.config, table, self.signals.live,
+                     Pricing(cost, fixed, hierarchy), self.decisions)
         # A small layer's pick only priced where it may ride; what it sends is its bucket's
         # (``choose_bucket``), and its own decision stays "none".
         small = self.config.min_numel
@@ -182,12 +182,12 @@ class Decider(Part):
         layer below 16 bits that ``old`` did not; uncompressed where they compress a layer
         ``old`` sent whole, or on the first decision (``old`` empty) where they compress
         any: a link that makes even fp16's cast dear is found by measuring. Not uncompressed
-        where the cost model prices it more than ``UNCOMPRESSED_FAR`` times the plan's
+        where the cost model prices it more than ``tunables.uncompressed_far`` times the plan's
         communication: the bytes' time is what the fitted link knows best, and on a slow link
         those steps would only cost (mlp-wide at 1 Gbit/s: 7 steps of 437 against 299 ms)."""
         out = ["sixteen"] if self.narrower(old) else []
         plan_s, none_s = self.predicted
-        if none_s > UNCOMPRESSED_FAR * plan_s > 0:
+        if none_s > self.config.tunables.uncompressed_far * plan_s > 0:
             return out  # priced far slower: its steps would cost start-up, not inform
         if old:
             wider = any(s != "none" and old.get(n, "none") == "none"

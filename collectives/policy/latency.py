@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,14 +21,18 @@ import compressors
 from .. import api, costmodel
 from . import plan
 from .base import canonical
+from .tunables import DEFAULTS
 
-SIZE = 1024  # elements: small enough that the fixed cost dominates
-REPEATS = 5
+if TYPE_CHECKING:
+    from ..transport import Communicator
+
+#: ``AutoPolicy``'s latency argument (see :func:`check`): None measures, "model" prices.
+Latency = str | float | Mapping[str, float] | None
 PROBE = "policy/latency-probe"  # a name no layer has: its own seeds, no residual kept
 
 
-def measure(comm: Any, cands: tuple[str, ...], plain: str | None = None, *,
-            size: int = SIZE, repeats: int = REPEATS,
+def measure(comm: Communicator, cands: tuple[str, ...], plain: str | None = None, *,
+            size: int = DEFAULTS.latency_size, repeats: int = DEFAULTS.latency_repeats,
             timeout: float | None = None) -> dict[str, float]:
     """Seconds of one allreduce of ``size`` float32 elements per candidate, the same on every
     rank (collective): :func:`slowest` of every rank's :func:`medians`, :func:`plain_first`."""
@@ -46,8 +50,8 @@ def plain_first(seconds: dict[str, float]) -> dict[str, float]:
     return {**seconds, "none": min(seconds.values())}
 
 
-def medians(comm: Any, cands: tuple[str, ...], plain: str | None = None, *,
-            size: int = SIZE, repeats: int = REPEATS,
+def medians(comm: Communicator, cands: tuple[str, ...], plain: str | None = None, *,
+            size: int = DEFAULTS.latency_size, repeats: int = DEFAULTS.latency_repeats,
             timeout: float | None = None) -> np.ndarray:
     """This rank's median nanoseconds per candidate over ``repeats`` calls after a warm-up
     (:func:`one_round` ``repeats + 1`` times)."""
@@ -62,8 +66,8 @@ def nanoseconds(runs: np.ndarray) -> np.ndarray:
     return (np.median(runs[1:], axis=0) * 1e9).astype(np.int64)
 
 
-def one_round(comm: Any, cands: tuple[str, ...], plain: str | None, step: int, *,
-              size: int = SIZE, timeout: float | None = None,
+def one_round(comm: Communicator, cands: tuple[str, ...], plain: str | None, step: int, *,
+              size: int = DEFAULTS.latency_size, timeout: float | None = None,
               engine: bool = False) -> np.ndarray:
     """This rank's seconds of one allreduce of ``size`` float32 elements per candidate
     (collective); with ``engine``, one more column: the same through the communicator's
@@ -96,7 +100,7 @@ def one_round(comm: Any, cands: tuple[str, ...], plain: str | None, step: int, *
     return out
 
 
-def slowest(comm: Any, cands: tuple[str, ...], mine: np.ndarray,
+def slowest(comm: Communicator, cands: tuple[str, ...], mine: np.ndarray,
             timeout: float | None = None) -> dict[str, float]:
     """Seconds per candidate: the maximum of every rank's ``mine`` (nanoseconds), since the
     slowest rank paces every collective; identical on every rank (collective)."""
@@ -124,7 +128,7 @@ def fixed(p: int, cands: tuple[str, ...], overhead: Mapping[str, float],
     return [plan.latency(p, spec, cost) + overhead[spec] for spec in cands]
 
 
-def check(latency: Any, cands: tuple[str, ...]) -> Any:
+def check(latency: object, cands: tuple[str, ...]) -> Latency:
     """``AutoPolicy``'s latency argument, validated: None (measure), "model", seconds for
     every candidate, or {spec: seconds} (specs made canonical)."""
     if latency is None or latency == "model":

@@ -21,7 +21,7 @@ import os
 import platform
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,7 +30,10 @@ import compressors
 from ..files import ignored, load_json, locked, number, read_small, write_atomic
 from ..transport.base import share_bytes
 from . import cache
-from .columns import COMPRESS, DECOMPRESS, PER_CANDIDATE
+from .columns import COMPRESS, DECOMPRESS, PER_CANDIDATE, per_candidate
+
+if TYPE_CHECKING:
+    from ..transport import Communicator
 
 SCHEMA = 1
 #: Seconds per call, and per element, past which a codec speed is not believed.
@@ -68,7 +71,7 @@ def rates(rows: Mapping[str, np.ndarray], numel: Mapping[str, int], cands: tuple
     ``timed``, over the profiled layers."""
     names = [n for n in rows if numel.get(n, 0) > 0]
     sizes = np.array([float(numel[n]) for n in names])
-    cols = np.stack([rows[n][1:].reshape(len(cands), PER_CANDIDATE) for n in names]) \
+    cols = np.stack([per_candidate(rows[n]) for n in names]) \
         if names else np.zeros((0, len(cands), PER_CANDIDATE))
     out = {}
     for c, spec in enumerate(cands):
@@ -120,7 +123,8 @@ def read(where: Path) -> dict[str, list[float]]:
         return {}
 
 
-def fetch(comm: Any, cache_dir: str | None, cands: tuple[str, ...]) -> dict[str, list[float]]:
+def fetch(comm: Communicator, cache_dir: str | None, cands: tuple[str, ...]
+          ) -> dict[str, list[float]]:
     """The speeds of ``cands`` that rank 0's file holds, on every rank (collective)."""
     mine = None
     if comm.rank == 0:

@@ -5,8 +5,9 @@ running mean of its squared gradient, v. Every coordinate then moves by about th
 rate whatever its gradient's size, so noise a compressor adds to a small coordinate moves
 that weight as far as a large gradient would; an error small in the gradient's norm (top-k
 keeping the few large coordinates) can be large in the step the optimizer takes. So the
-profiler keeps v per sampled coordinate, as Adam does (an exponential mean with
-beta2 = 0.999, bias-corrected: over a few profiled steps, the mean of g^2), and measures
+profiler keeps v per sampled coordinate, as Adam does (an exponential mean with beta2 =
+0.999, ``tunables.beta2``, bias-corrected: over a few profiled steps, the mean of g^2), and
+measures
 
     error    = ||g_sent / d_sent - g / d|| / ||g / d||
     residual = ||r / d_sent||^2 / ||g / d||^2      (error feedback's residual r)
@@ -41,9 +42,8 @@ import numpy as np
 from compressors.dtypes import lookup
 
 from .. import ops
+from .tunables import DEFAULTS
 
-BETA2 = 0.999
-EPS = 1e-8
 F64 = lookup("float64")
 
 
@@ -55,7 +55,8 @@ def _sum_squares(x: np.ndarray) -> float:
 class Moments:
     """Running second moments of the gradients seen, per array (a layer's sample)."""
 
-    def __init__(self) -> None:
+    def __init__(self, beta2: float = DEFAULTS.beta2, eps: float = DEFAULTS.eps) -> None:
+        self.beta2, self.eps = beta2, eps  # Adam's (``tunables``)
         self.v: dict[str, np.ndarray] = {}  # the exponential mean of g^2 (not corrected)
         self.t: dict[str, int] = {}  # gradients folded in
         self.last: dict[str, int] = {}  # the step of the last one
@@ -81,17 +82,18 @@ class Moments:
             self.now[key] = None
             return
         v = self.v.get(key)
-        v = self.v[key] = (1 - BETA2) * g2 if v is None else BETA2 * v + (1 - BETA2) * g2
+        beta2 = self.beta2
+        v = self.v[key] = (1 - beta2) * g2 if v is None else beta2 * v + (1 - beta2) * g2
         self.t[key] = self.t.get(key, 0) + 1
-        root = np.sqrt(v / (1 - BETA2 ** self.t[key]))
-        d = root + EPS
+        root = np.sqrt(v / (1 - beta2 ** self.t[key]))
+        d = root + self.eps
         scaled = g64 / d
         self.now[key] = g64, root, scaled, float(np.square(scaled).sum()), root == 0
 
     def scale(self, key: str) -> np.ndarray | None:
         """sqrt of the bias-corrected v (None before any gradient)."""
         v = self.v.get(key)
-        return None if v is None else np.sqrt(v / (1 - BETA2 ** self.t[key]))
+        return None if v is None else np.sqrt(v / (1 - self.beta2 ** self.t[key]))
 
     def measure(self, key: str, sent: np.ndarray,
                 residual: np.ndarray) -> tuple[float, float, float, bool]:
@@ -110,7 +112,7 @@ class Moments:
             np.square(d_sent, out=d_sent)
             d_sent += np.square(root)
             np.sqrt(d_sent, out=d_sent)
-            d_sent += EPS
+            d_sent += self.eps
             work = np.divide(s64, d_sent)
             work -= scaled
             err = _sum_squares(work)

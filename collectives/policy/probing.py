@@ -13,21 +13,21 @@ rows are combined (the same table on every rank) into ``measurements``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import machine
-from . import profile as profiler
+from .columns import width
 from .config import AutoConfig
 from .layers import Layer
 from .layout import Layout
 from .part import Part
 from .profile import Profiler, combine, plain_first
+from .tunables import DEFAULTS, Tunables
 
-#: What one sampled element costs a profiling step against one element handed over (read and
-#: copied once): every candidate codes it, and its errors are measured.
-CODED = 4
+if TYPE_CHECKING:
+    from ..transport import Communicator
 
 
 class Probing(Part):
@@ -47,7 +47,7 @@ class Probing(Part):
         self.start: int | None = None  # the first step of the profiling under way
         #: This machine's codec speeds, where known before profiling (``machine``).
         self.speeds: dict[str, list[float]] = {}
-        self.profiler = Profiler(config.candidates)
+        self.profiler = Profiler(config.candidates, tunables=config.tunables)
 
     @property
     def active(self) -> bool:
@@ -91,9 +91,9 @@ class Probing(Part):
             by.setdefault(layout.place[n][0], []).append(n)
         self.schedule = schedule([by[b] for b in sorted(by)],
                                  {n: layout.layers[n].numel for n in todo},
-                                 self.config.profile_elements_per_step)
+                                 self.config.profile_elements_per_step, self.config.tunables)
 
-    def finish(self, comm: Any) -> dict[str, list[float]]:
+    def finish(self, comm: Communicator) -> dict[str, list[float]]:
         """End the profiling: every rank's rows combined into ``measurements``
         (collective when anything was profiled: the same layers on every rank). Returns the
         codec speeds timed (``machine.rates``), for this machine's file."""
@@ -107,7 +107,7 @@ class Probing(Part):
             self.measurements.update(zip(rows, plain_first(np.stack(list(rows.values())),
                                                            cands), strict=True))
         self.ready, self.start, self.schedule = True, None, None
-        self.profiler = Profiler(cands, self.speeds)
+        self.profiler = Profiler(cands, self.speeds, self.config.tunables)
         return timed
 
     def adopt(self, table: dict[str, np.ndarray]) -> None:
@@ -120,24 +120,26 @@ class Probing(Part):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         # Rows of an older format (without the Adam-space columns) are measured again.
-        width = 1 + profiler.PER_CANDIDATE * len(self.config.candidates)
-        old = {n for n, row in self.measurements.items() if len(row) != width}
+        wide = width(len(self.config.candidates))
+        old = {n for n, row in self.measurements.items() if len(row) != wide}
         self.measurements = {n: r for n, r in self.measurements.items() if n not in old}
         self.tried = set(self.tried) - old
-        self.profiler = Profiler(self.config.candidates, self.speeds)
+        self.profiler = Profiler(self.config.candidates, self.speeds, self.config.tunables)
         if "profiler" in state:
             self.profiler.load_state_dict(state["profiler"])
 
 
-def schedule(buckets: list[list[str]], numel: dict[str, int], per_step: int
-             ) -> list[list[str]]:
+def schedule(buckets: list[list[str]], numel: dict[str, int], per_step: int,
+             tunables: Tunables = DEFAULTS) -> list[list[str]]:
     """Groups of layers, one per probe period, each of at most ``per_step`` elements and
-    ``per_step / CODED`` sampled ones (a layer over either alone): ``buckets`` in order, a
-    bucket whole where it fits in the group under way or in a fresh one, else split layer by
-    layer."""
+    ``per_step / tunables.coded`` sampled ones (a layer over either alone): ``buckets`` in
+    order, a bucket whole where it fits in the group under way or in a fresh one, else split
+    layer by layer."""
+    coded, size = tunables.coded, tunables.sample
+
     def cost(names: list[str]) -> np.ndarray:
         return np.array([sum(numel[n] for n in names),
-                         CODED * sum(min(numel[n], profiler.SAMPLE) for n in names)])
+                         coded * sum(min(numel[n], size) for n in names)])
 
     groups: list[list[str]] = [[]]
     for names in buckets:

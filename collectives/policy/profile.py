@@ -3,7 +3,10 @@
 Each candidate keeps a shadow residual per layer, so the error measured over the probe steps
 is the error the compressor would make inside error feedback, not on a raw gradient. Times
 are this machine's compress and decompress times, on the layer's real size or scaled from a
-sample of a large layer (``SAMPLE``: random rows, the same on every rank and step).
+sample of a large layer (``tunables.sample`` elements: random rows, the same on every rank
+and step). The codecs are linear in the elements, and an elementwise, blockwise or top-k
+coder's relative error is the sample's (a low-rank one's too, closely: a submatrix drawn from
+a low-rank matrix keeps its rank), so profiling costs about the same for any layer size.
 
 Error feedback converges when its residual stays bounded: what a compressor holds back is
 sent a few steps later. A compressor whose residual keeps growing against the gradient
@@ -35,24 +38,13 @@ from .columns import PER_CANDIDATE, RESIDUAL, combine, plain_first
 from .layers import Layer
 from .machine import seconds
 from .moments import Moments
+from .tunables import DEFAULTS, Tunables
 
-__all__ = ["PER_CANDIDATE", "RESIDUAL", "SAMPLE", "Profiler", "combine", "plain_first",
+__all__ = ["PER_CANDIDATE", "RESIDUAL", "Profiler", "combine", "plain_first",
            "sample"]
 
 F32, F64 = lookup("float32"), lookup("float64")
 
-REPEATS = 5
-#: Elements a large layer is profiled on: a random set of its rows (and of its columns where
-#: the rows alone would be too few), with times, bytes and sums scaled by the layer's size
-#: over the sample's. The codecs are linear in the elements, and an elementwise, blockwise or
-#: top-k coder's relative error is the sample's (a low-rank one's too, closely: a submatrix
-#: drawn from a low-rank matrix keeps its rank), so profiling costs about the same for any
-#: layer size: 16K elements code in well under a millisecond per candidate, and measure a
-#: relative error to about 1%.
-SAMPLE = 1 << 14
-#: Rows a matrix's sample keeps at least (then fewer columns): a rank-r approximation of a
-#: few rows of noise would look far better than of the whole matrix.
-MIN_ROWS = 64
 
 
 def _factors(comp: Any, shape: tuple[int, ...]) -> int:
@@ -60,29 +52,30 @@ def _factors(comp: Any, shape: tuple[int, ...]) -> int:
     return sum(np.dtype(dt).itemsize * int(n) for dt, n in comp.layout(shape, "float32").values())
 
 
-def sample(g: np.ndarray, name: str = "") -> np.ndarray:
+def sample(g: np.ndarray, name: str = "", size: int = DEFAULTS.sample,
+           min_rows: int = DEFAULTS.min_rows) -> np.ndarray:
     """A fixed random set of about 1/s of the rows of ``g`` (of its elements when it has
-    fewer rows than s), in order, at most about ``SAMPLE`` elements; ``g`` itself when it is
-    that small. Where that leaves fewer than ``MIN_ROWS`` rows of a wide matrix, it takes
-    ``MIN_ROWS`` rows and a random set of columns instead (the same number of elements). The
+    fewer rows than s), in order, at most about ``size`` elements; ``g`` itself when it is
+    that small. Where that leaves fewer than ``min_rows`` rows of a wide matrix, it takes
+    ``min_rows`` rows and a random set of columns instead (the same number of elements). The
     set depends only on ``name`` and the shape, so every rank and every step sees the same
     elements (a shadow residual follows them). Random, not every s-th: a strided sample
     aliases with hashed or periodic layouts (an embedding table indexed by a multiplicative
     hash puts a handful of common tokens on every 16th row)."""
-    s = -(-g.size // SAMPLE)
+    s = -(-g.size // size)
     if s <= 1:
         return g
     rows = g.ndim >= 2 and g.shape[0] >= s
     n = g.shape[0] if rows else g.size
     rng = np.random.default_rng(zlib.crc32(f"{name}{g.shape}".encode()))
-    k = max(n // s, min(n, MIN_ROWS)) if rows else n // s
+    k = max(n // s, min(n, min_rows)) if rows else n // s
     pick = np.sort(rng.choice(n, k, replace=False))
     if not rows:
         return np.ascontiguousarray(g.reshape(-1)[pick])
     part = g[pick].reshape(k, -1)
     m = part.shape[1]
-    if k * m > SAMPLE and m > 1:  # too few rows: fewer columns of more of them
-        cols = np.sort(rng.choice(m, max(1, SAMPLE // k), replace=False))
+    if k * m > size and m > 1:  # too few rows: fewer columns of more of them
+        cols = np.sort(rng.choice(m, max(1, size // k), replace=False))
         part = part[:, cols]
     return np.ascontiguousarray(part.reshape(k, *g.shape[1:]) if part.shape[1] == m
                                 else part)
@@ -92,11 +85,12 @@ class Profiler:
     """Measures each layer under each candidate; ``table`` lays it out for an allgather."""
 
     def __init__(self, candidates: tuple[str, ...],
-                 speeds: dict[str, list[float]] | None = None) -> None:
-        self.candidates = candidates
+                 speeds: dict[str, list[float]] | None = None,
+                 tunables: Tunables = DEFAULTS) -> None:
+        self.candidates, self.tunables = candidates, tunables
         #: This machine's compress and decompress lines by candidate, where known.
         self.speeds = dict(speeds or {})
-        self.moments = Moments()
+        self.moments = Moments(tunables.beta2, tunables.eps)
         self.comps = {s: compressors.get(s) for s in candidates}
         self.feedback = {s: compressors.ErrorFeedback(c) for s, c in self.comps.items()}
         self.layers: dict[str, Layer] = {}
@@ -110,16 +104,16 @@ class Profiler:
             self.buckets[layer.name] = bucket
         g = np.ascontiguousarray(grad, dtype=np.float32).reshape(layer.shape)
         row = self.stats.get(layer.name)
-        part = sample(g, layer.name)
+        part = sample(g, layer.name, self.tunables.sample, self.tunables.min_rows)
         if row is None:
-            row = np.zeros(1 + PER_CANDIDATE * len(self.candidates))
-            row[1:].reshape(-1, PER_CANDIDATE)[:, 2:4] = np.inf
+            row = np.zeros(col.width(len(self.candidates)))
+            col.per_candidate(row)[:, col.TIMES] = np.inf
             self.layers[layer.name], self.stats[layer.name] = layer, row
             if part is not g:
-                self._time_whole(layer, g, row[1:].reshape(-1, PER_CANDIDATE))
+                self._time_whole(layer, g, col.per_candidate(row))
         # One single-threaded pass in double (no BLAS thread team, no float64 copy).
-        row[0] += ops.sum_squares(g.reshape(-1), F32)
-        cols = row[1:].reshape(-1, PER_CANDIDATE)
+        row[col.NORM] += ops.sum_squares(g.reshape(-1), F32)
+        cols = col.per_candidate(row)
         timed = part is not g and layer.name in self.whole
         norms: dict[int, float] = {}  # the squared norm of each input coded (part, or g)
         for c, spec in enumerate(self.candidates):
@@ -138,7 +132,7 @@ class Profiler:
             # Small layers are timed several times (their time is noisy), but a warm-started
             # method once: each call is a power iteration, and repeats would refine it.
             repeats = 1 if priced or layer.numel >= 1 << 16 or \
-                comp.capabilities.allreduce_steps else REPEATS
+                comp.capabilities.allreduce_steps else self.tunables.repeats
             for _ in range(repeats):
                 # Timed as the hook runs it: the one-pass kernel where the compressor has one
                 # (it also updates the residual), else compensate-then-compress.
@@ -159,24 +153,24 @@ class Profiler:
             # (the one-pass kernel, single-threaded: no BLAS thread team, no temporaries)
             dd, xx = ops.sum_squares(d, F64), ops.sum_squares(xs, F64)
             ok = np.isfinite(dd)
-            cols[c, 0] += scale * dd if ok else 0.0
-            cols[c, 1] += scale * xx if np.isfinite(xx) else 0.0
+            cols[c, col.ERR] += scale * dd if ok else 0.0
+            cols[c, col.SQ] += scale * xx if np.isfinite(xx) else 0.0
             # The residual is now d (x less what was sent): its size in steps of gradient.
             gs = norms[id(src)]
             cols[c, RESIDUAL] = dd / gs if gs > 0 and ok else 0.0
             if priced:
-                cols[c, 2:4] = seconds(self.speeds[spec], layer.numel)
+                cols[c, col.TIMES] = seconds(self.speeds[spec], layer.numel)
             elif not (timed and comp.capabilities.sparse) or low_rank:
                 # (a sampled layer keeps the times a sparse coder took on all of it)
-                cols[c, 2] = min(cols[c, 2], scale * tc)
-                cols[c, 3] = min(cols[c, 3], scale * td)
+                cols[c, col.COMPRESS] = min(cols[c, col.COMPRESS], scale * tc)
+                cols[c, col.DECOMPRESS] = min(cols[c, col.DECOMPRESS], scale * td)
             # A low-rank payload grows with the rows (P), not the columns (Q): the layer's own.
             nbytes = payload.nbytes + _factors(comp, g.shape) - _factors(comp, src.shape) \
                 if low_rank else scale * payload.nbytes
-            cols[c, 4] = max(cols[c, 4], nbytes)
+            cols[c, col.BYTES] = max(cols[c, col.BYTES], nbytes)
             kept = scale * payload.buffers["values"].size if comp.capabilities.sparse \
                 else layer.numel
-            cols[c, 5] = max(cols[c, 5], min(kept, layer.numel))
+            cols[c, col.KEPT] = max(cols[c, col.KEPT], min(kept, layer.numel))
             err, sq, res, unbounded = self.moments.measure(key, y64, d)
             # At the last probe step, with v over all of them (``moments``).
             cols[c, col.ADAM_ERR], cols[c, col.ADAM_SQ] = scale * err, scale * sq
@@ -204,8 +198,8 @@ class Profiler:
                 payload = comp.compress(g, name=layer.name, step=0)
                 t1 = time.perf_counter()
                 comp.decompress(payload)
-                cols[c, 2] = min(cols[c, 2], t1 - t0)
-                cols[c, 3] = min(cols[c, 3], time.perf_counter() - t1)
+                cols[c, col.COMPRESS] = min(cols[c, col.COMPRESS], t1 - t0)
+                cols[c, col.DECOMPRESS] = min(cols[c, col.DECOMPRESS], time.perf_counter() - t1)
         self.whole.add(layer.name)
 
     def table(self) -> tuple[list[Layer], np.ndarray]:
@@ -220,8 +214,8 @@ class Profiler:
                 "feedback": {s: ef.state_dict() for s, ef in self.feedback.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        width = 1 + PER_CANDIDATE * len(self.candidates)  # (an older format's rows: dropped)
-        self.stats = {k: np.array(v) for k, v in state["stats"].items() if len(v) == width}
+        wide = col.width(len(self.candidates))  # (an older format's rows: dropped)
+        self.stats = {k: np.array(v) for k, v in state["stats"].items() if len(v) == wide}
         self.layers = {k: v for k, v in state["layers"].items() if k in self.stats}
         self.buckets = dict(state["buckets"])
         if "moments" in state:

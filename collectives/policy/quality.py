@@ -6,7 +6,7 @@ model can still learn more slowly under it. So the training loss each rank repor
 compared in two windows of ``loss_window`` steps: the one before a decision that sends some
 layer below 16 bits a value, and the one after. Each window's trend is the least-squares line
 through the loss averaged over the ranks (a smoothing that noise moves little); the quality
-fell behind when the loss rises clearly after the decision (slope above ``Z`` standard
+fell behind when the loss rises clearly after the decision (slope above ``tunables.z`` standard
 errors), or falls by less than ``loss_ratio`` of its clear fall before, each window holding
 ``loss_samples`` reported steps at least. The compressed layers then send 16 bits
 (:meth:`Quality.fell`), until a later regular decision finds the loss falling clearly again
@@ -20,14 +20,16 @@ over the ranks by one small allgather, at a decision and at the end of a window 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .config import AutoConfig
 from .part import Part
 
-Z = 2.0  # standard errors a slope must clear to count as a rise or a fall
+if TYPE_CHECKING:
+    from ..transport import Communicator
+    from .decider import Decider
 
 
 def trend(means: np.ndarray, samples: int) -> tuple[float, float] | None:
@@ -67,7 +69,7 @@ class Quality(Part):
             if len(self.losses) > 4 * self.config.loss_window + 8:
                 self.losses = {s: v for s, v in self.losses.items() if s >= keep}
 
-    def agree(self, comm: Any, lo: int, hi: int) -> tuple[float, float] | None:
+    def agree(self, comm: Communicator, lo: int, hi: int) -> tuple[float, float] | None:
         """The trend of the loss averaged over the ranks in steps [lo, hi) (collective, but
         for a window too short to hold ``loss_samples``: None on every rank alike)."""
         n = max(hi - lo, 0)
@@ -84,7 +86,7 @@ class Quality(Part):
             means = np.where(total[:, 1] > 0, total[:, 0] / total[:, 1], np.nan)
         return trend(means, self.config.loss_samples)
 
-    def before(self, comm: Any, step: int) -> tuple[float, float] | None:
+    def before(self, comm: Communicator, step: int) -> tuple[float, float] | None:
         """At a decision: the trend of the window before it (collective; None when off)."""
         w = self.config.loss_window
         return self.agree(comm, max(step - w, 0), step) if w else None
@@ -93,7 +95,7 @@ class Quality(Part):
         """The 16-bit format a layer falls back to (fp16, else bf16, else none)."""
         return next((s for s in ("fp16", "bf16") if s in self.config.candidates), "none")
 
-    def decided(self, step: int, decider: Any, old: dict[str, str],
+    def decided(self, step: int, decider: Decider, old: dict[str, str],
                 before: tuple[float, float] | None) -> str | None:
         """After a regular decision of ``decider`` (``old``: the decisions it replaced):
         watch the next window when it sends a layer below 16 bits that was not; a fallback
@@ -102,7 +104,8 @@ class Quality(Part):
         out = None
         if self.fallback is not None:
             # The window before must be one of 16 bits, and the loss falling clearly in it.
-            if before is None or not before[0] < -Z * before[1] or \
+            z = self.config.tunables.z
+            if before is None or not before[0] < -z * before[1] or \
                     step - self.fallback["step"] < self.config.loss_window:
                 self.watch = None
                 decider.hold(self.safe(), "quality fell behind")
@@ -117,7 +120,7 @@ class Quality(Part):
         w = self.watch
         return w is not None and step >= w["step"] + self.config.loss_window
 
-    def fell(self, comm: Any, step: int, decider: Any) -> dict[str, Any] | None:
+    def fell(self, comm: Communicator, step: int, decider: Decider) -> dict[str, Any] | None:
         """End the check under way (collective): when the quality fell, hold ``decider``'s
         layers below 16 bits at 16 and return the fallback (their names under "held")."""
         assert self.watch is not None
@@ -127,8 +130,9 @@ class Quality(Part):
         if after is None:
             return None
         a, sa = after
-        rises = a > Z * sa
-        slower = b < -Z * sb and -a < self.config.loss_ratio * -b
+        z = self.config.tunables.z
+        rises = a > z * sa
+        slower = b < -z * sb and -a < self.config.loss_ratio * -b
         if not (rises or slower):
             return None
         held = decider.hold(self.safe(), "quality fell behind")

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import compressors
 
@@ -22,20 +23,44 @@ from .base import short
 from .criterion import sixteen
 from .layers import Layer
 
+if TYPE_CHECKING:
+    from .config import AutoConfig
+
 SMALL = "small (< min_numel), rides in its bucket"
 
 
-def why(cfg: Any, layer: Layer, seen: bool, c: int, body: list[float], errors: list[float],
-        grew: Any, over: Any, slack: float, wanted: int | None, rel: Any = None,
-        unbounded: Any = None, blocked: str | None = None) -> str:
+@dataclass(frozen=True)
+class Options:
+    """A layer's options, per candidate: its price without the fixed cost (``body``,
+    seconds) and its weighted squared error (``errors``)."""
+
+    body: Sequence[float]
+    errors: Sequence[float]
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """What the criterion says of each candidate for a layer: its residual grows past
+    ``max_residual`` (``grew``), its own error is past ``max_error`` (``over``), its error in
+    the criterion's measure (``rel``), and whether that error cannot be bounded
+    (``unbounded``), and why not (``blocked``)."""
+
+    grew: Sequence[bool]
+    over: Sequence[bool]
+    rel: Sequence[float] | None = None
+    unbounded: Sequence[bool] | None = None
+    blocked: str | None = None
+
+
+def why(cfg: AutoConfig, layer: Layer, seen: bool, c: int, options: Options,
+        verdicts: Verdicts, slack: float, wanted: int | None) -> str:
     """Why a layer is sent with candidate ``c``, in a few words: for a compressed one, the
     candidates its residual ruled out (if any); for one sent at 16 bits or more, what kept
-    every compressor below that away. ``body``, ``errors``, ``grew``, ``over``: the layer's
-    price without the fixed cost, weighted squared error, residual growing past
-    ``max_residual`` and own error past ``max_error``, per candidate; ``slack``: the squared
-    budget the plan leaves; ``wanted``: the candidate a standing decision kept it from
-    (hysteresis); ``rel``: each candidate's error in the criterion's measure;
-    ``unbounded``: whose error cannot be bounded, and why not (``blocked``)."""
+    every compressor below that away. ``seen``: the layer was measured; ``slack``: the
+    squared budget the plan leaves; ``wanted``: the candidate a standing decision kept it
+    from (hysteresis)."""
+    body, errors = options.body, options.errors
+    grew, over, unbounded = verdicts.grew, verdicts.over, verdicts.unbounded
     cands = cfg.candidates
     none = cands.index("none")
     held = [short(cands[j]) for j, g in enumerate(grew) if g and j != none]
@@ -51,7 +76,7 @@ def why(cfg: Any, layer: Layer, seen: bool, c: int, body: list[float], errors: l
     others = [j for j in range(len(cands)) if j != none]
     allowed = [j for j in others if not (grew[j] or over[j] or free[j])]
     if (narrow and len(ruled) == len(narrow)) or not allowed:
-        return convergence(cfg, grew, over, free, rel, blocked, narrow or others)
+        return convergence(cfg, verdicts, free, narrow or others)
     if c != none:
         return "-"
     if wanted is not None:
@@ -69,9 +94,11 @@ def why(cfg: Any, layer: Layer, seen: bool, c: int, body: list[float], errors: l
     return "a collective of its own costs more than it saves"
 
 
-def convergence(cfg: Any, grew: Any, over: Any, free: list[bool], rel: Any,
-                blocked: str | None, among: list[int]) -> str:
-    """What the criterion says of the candidates ``among``, all ruled out (see ``why``)."""
+def convergence(cfg: AutoConfig, verdicts: Verdicts, free: list[bool], among: list[int]
+                ) -> str:
+    """What the criterion says of the candidates ``among``, all ruled out (see ``why``;
+    ``free``: whose error cannot be bounded)."""
+    grew, over, rel, blocked = verdicts.grew, verdicts.over, verdicts.rel, verdicts.blocked
     cands = cfg.candidates
     name = "Adam-scaled error" if cfg.optimizer == "adam" else "error"
     parts = []

@@ -13,8 +13,8 @@ a layer the last sent whole). The first step after each switch is not counted (b
 regrouped). The simplest plan is kept unless one of more error is clearly faster:
 uncompressed, then 16 bits, then the plan. Clearly: by twice the noise of the two medians
 (their standard errors, from the steps' median absolute deviations), and by at least
-``MIN_SHARE``, never more than ``margin`` demanded: a gain that the steps measure tightly is
-taken even where it is smaller than the margin that a prediction must clear (on gpt at
+``tunables.min_share`` (3%), never more than ``margin`` demanded: a gain that the steps measure
+tightly is taken even where it is smaller than the margin that a prediction must clear (on gpt at
 1 Gbit/s, 8 bits measured 6% faster than 16 with steps a few ms apart). The medians and
 deviations are averaged over the ranks by one small allgather at the end of the trial, a
 step every rank reaches alike, so every rank keeps the same plan.
@@ -24,25 +24,28 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .config import AutoConfig
 from .part import Part
+from .tunables import DEFAULTS
 
-#: The least share of the simpler plan's step a plan of more error must save, however tightly
-#: the steps were measured.
-MIN_SHARE = 0.03
+if TYPE_CHECKING:
+    from ..transport import Communicator
+    from .decider import Decider
+
 #: A median's standard error over n steps is about 1.2533 sigma / sqrt(n), and sigma about
 #: 1.4826 times the median absolute deviation (normal steps; robust to a stray slow one).
 MAD_TO_SE = 1.4826 * 1.2533
 
 
-def clearly_faster(p: float, q: float, noise: float, margin: float) -> bool:
+def clearly_faster(p: float, q: float, noise: float, margin: float,
+                   min_share: float = DEFAULTS.min_share) -> bool:
     """Whether a step of ``p`` seconds beats one of ``q`` by more than twice ``noise`` (the
-    standard error of their difference) and ``MIN_SHARE`` of q, or by ``margin`` of q."""
-    need = min(max(MIN_SHARE * q, 2.0 * noise), margin * q)
+    standard error of their difference) and ``min_share`` of q, or by ``margin`` of q."""
+    need = min(max(min_share * q, 2.0 * noise), margin * q)
     return p <= q - need
 
 
@@ -50,7 +53,6 @@ class Trial(Part):
     """The trial under way: its phase, the plan it tries and the step times seen."""
 
     KEYS = {"_trial": "state", "_trial_result": "result"}
-    SKIP = 1  # steps after a switch that are not counted
 
     def __init__(self, config: AutoConfig) -> None:
         self.config = config
@@ -71,7 +73,7 @@ class Trial(Part):
         st = self.state
         if st is None or last is None or last[0] != step - 1:
             return
-        if last[0] >= st["since"] + self.SKIP:
+        if last[0] >= st["since"] + self.config.tunables.skip:
             st["times"][st["phase"]].append(now - last[1])
 
     def start(self, step: int, phases: list[str]) -> None:
@@ -88,7 +90,7 @@ class Trial(Part):
         st = self.state
         return st is not None and len(st["times"][st["phase"]]) >= self.config.trial_steps
 
-    def advance(self, comm: Any, step: int, decider: Any, safe: str) -> str | None:
+    def advance(self, comm: Communicator, step: int, decider: Decider, safe: str) -> str | None:
         """End the phase under way: time the next one (the plan's layers below 16 bits held
         at ``safe``, or every layer uncompressed); after the last (collective), keep the
         fastest as the module doc says. Returns "timing 16 bits", "timing uncompressed",
@@ -120,7 +122,7 @@ class Trial(Part):
         for p in ("none", "sixteen", "plan"):  # least error first
             if p in secs and (kept is None or clearly_faster(
                     secs[p], secs[kept], float(np.sqrt(var[p] + var[kept])),
-                    self.config.margin)):
+                    self.config.margin, self.config.tunables.min_share)):
                 kept = p
         assert kept is not None
         words = ", ".join(f"{secs[p] * 1e3:.1f} ms {NAMES[p]}" for p in order)
@@ -131,7 +133,7 @@ class Trial(Part):
         self.state = None
         return {"plan": "kept", "sixteen": "16 bits", "none": "uncompressed"}[kept]
 
-    def repeat(self, decider: Any, safe: str) -> bool:
+    def repeat(self, decider: Decider, safe: str) -> bool:
         """A decision that is the plan the last trial timed and did not keep: what the trial
         kept, at once, without timing it again (the measurement still stands)."""
         r = self.result
@@ -142,7 +144,7 @@ class Trial(Part):
         return True
 
     @staticmethod
-    def _apply(decider: Any, st: dict[str, Any], phase: str, safe: str, why: str) -> None:
+    def _apply(decider: Decider, st: dict[str, Any], phase: str, safe: str, why: str) -> None:
         """The plan's decisions and table, with ``phase``'s layers held."""
         decider.decisions.clear()
         decider.decisions.update(st["decisions"])
