@@ -4,9 +4,11 @@ place a rank on a host."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
-from tests.mpirun import passed, torchrun
+from tests.mpirun import passed, torchrun, torchrun_together
 
 pytestmark = pytest.mark.mpi
 
@@ -25,11 +27,19 @@ def test_strided_tensors_are_reduced_in_their_own_layout() -> None:
     passed(torchrun("backend_strided.py", 2, timeout=180), "torchrun backend strided")
 
 
-@pytest.mark.parametrize("case", ["group", "env"])
+BACKEND_DEADLINES = ["group", "env"]
+
+
+@pytest.fixture(scope="module")
+def backend_deadlines() -> dict[str, subprocess.CompletedProcess]:
+    """Both cases at once: their ranks mostly wait out a deadline (10 s and 5 s)."""
+    return torchrun_together("backend_deadline.py", 2, BACKEND_DEADLINES, timeout=240)
+
+
+@pytest.mark.parametrize("case", BACKEND_DEADLINES)
 def test_compressed_calls_wait_the_group_timeout_unless_compcoll_timeout_is_set(
-        case: str) -> None:
-    passed(torchrun("backend_deadline.py", 2, case, timeout=240),
-           f"torchrun backend deadline {case}")
+        case: str, backend_deadlines: dict[str, subprocess.CompletedProcess]) -> None:
+    passed(backend_deadlines[case], f"torchrun backend deadline {case}")
 
 
 def test_a_bad_torchrun_rank_variable_on_one_rank_fails_every_rank_at_once() -> None:

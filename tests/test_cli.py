@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from collectives.algorithms import REGISTRY, modeled
-from tests.mpirun import passed, run
+from tests.mpirun import LAUNCHES, Script, passed
 
 COLUMNS = {"size", "count", "type", "algo", "time_us", "p50_us", "p90_us", "p99_us",
            "algbw_GBps", "busbw_GBps", "ratio_vs_mpi", "model_us", "wrong", "ranks_agree"}
@@ -162,10 +162,13 @@ def test_size_parsing_and_sweep() -> None:
         size_sweep(1, 8, 1)
 
 
+LAUNCHES.add(*[Script("bench_table.py", n, timeout=200) for n in (1, 2, 3)])
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("np_", [1, 2, 3])
 def test_every_benchmarked_collective_runs_and_its_check_holds(np_: int) -> None:
-    passed(run("bench_table.py", np_, timeout=200), "bench table")
+    passed(LAUNCHES.result("bench_table.py", np_), "bench table")
 
 
 def test_unknown_algorithm_is_refused() -> None:

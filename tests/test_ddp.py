@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
-from tests.mpirun import run
+from tests.mpirun import LAUNCHES, Script
 from tests.test_mpi import _passed
 
 pytestmark = pytest.mark.mpi
+
+LAUNCHES.add(*[Script(name, n, timeout=120) for n in (2, 3)
+               for name in ("ddp_hook.py", "ddp_checkpoint.py", "ddp_fastpath.py")],
+             *[Script("ddp_two_level.py", 4, (layout,), timeout=150)
+               for layout in ("2x2", "2x2-interleaved")])
+
+
+def run(script: str, np_: int, *args: str,
+        timeout: float) -> subprocess.CompletedProcess:
+    """The script's part of its process count's launch (its timeout is the one added)."""
+    return LAUNCHES.result(script, np_, *args)
 
 
 @pytest.mark.parametrize("np_", [2, 3])

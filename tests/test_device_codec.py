@@ -13,7 +13,7 @@ from compressors import providers as cdev
 from compressors.cuda import codec as cupy_codec
 from compressors.device import DeviceArray, DevicePayload
 from tests.mpi.fake_cuda import FakeDeviceArray, HostCodec, fake_provider, host_view
-from tests.mpirun import passed, run
+from tests.mpirun import LAUNCHES, Script, passed
 
 
 @pytest.fixture
@@ -134,10 +134,13 @@ def test_staged_wire_bytes_are_the_host_payloads(spec: str) -> None:
     assert wire.tobytes() == host.to_bytes()
 
 
+LAUNCHES.add(*[Script("device_codec.py", n, timeout=300) for n in (2, 3)])
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("np_", [2, 3])
 def test_device_codec_ranks(np_: int) -> None:
-    passed(run("device_codec.py", np_, timeout=300), "device codec")
+    passed(LAUNCHES.result("device_codec.py", np_), "device codec")
 
 
 def test_route_leaves_cpu_tensors_to_staging(fake) -> None:

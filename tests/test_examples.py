@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tests.examples_util import PACKAGES, example, public, run
-from tests.mpirun import passed
-from tests.mpirun import run as mpirun
+from tests.mpirun import LAUNCHES, Script, passed
 
+LAUNCHES.add(Script("examples.py", 2, timeout=180))
 EVERY = {name: obj for module in PACKAGES.values() for name, obj in public(module).items()}
 
 
@@ -27,4 +27,4 @@ def test_compressor_examples_run(name: str) -> None:
 
 @pytest.mark.mpi
 def test_collectives_examples_run_on_two_ranks() -> None:
-    passed(mpirun("examples.py", 2, timeout=180), "docstring examples")
+    passed(LAUNCHES.result("examples.py", 2), "docstring examples")

@@ -4,30 +4,34 @@ from __future__ import annotations
 
 import pytest
 
+from tests.mpirun import LAUNCHES, Script
 from tests.mpirun import passed as _passed
-from tests.mpirun import run
 
 pytestmark = pytest.mark.mpi
 
+# Each mismatch call's own deadline is 20 s; the launcher's covers a whole matrix that hangs.
+LAUNCHES.add(*[Script("mismatch.py", n, timeout=120) for n in (2, 3)],
+             Script("mismatch.py", 3, ("--torch",), timeout=180),
+             Script("twins.py", 3, timeout=200),
+             *[Script("settings.py", n, timeout=240) for n in (2, 3)])
 
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_every_rank_raises_when_one_rank_passes_another_value(np_: int) -> None:
-    # Each call's own deadline is 20 s; the launcher's covers a whole matrix that hangs.
-    _passed(run("mismatch.py", np_, timeout=120), "mismatch")
+    _passed(LAUNCHES.result("mismatch.py", np_), "mismatch")
 
 
 def test_every_rank_raises_on_a_torch_distributed_group() -> None:
-    _passed(run("mismatch.py", 3, "--torch", timeout=180), "mismatch")
+    _passed(LAUNCHES.result("mismatch.py", 3, "--torch"), "mismatch")
 
 
 def test_feedback_twins_through_every_scheme_and_compressor() -> None:
-    _passed(run("twins.py", 3, timeout=200), "twins")
+    _passed(LAUNCHES.result("twins.py", 3), "twins")
 
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_settings_that_differ_or_refused_arguments_raise_on_every_rank_at_once(np_: int) -> None:
-    _passed(run("settings.py", np_, timeout=240), "settings")
+    _passed(LAUNCHES.result("settings.py", np_), "settings")
 
 
 def test_ddp_hook_settings_that_differ_raise_on_every_rank_under_torchrun() -> None:

@@ -7,27 +7,36 @@ import time
 
 import pytest
 
+from tests.mpirun import LAUNCHES, Script, run
 from tests.mpirun import passed as _passed
-from tests.mpirun import run
 
 pytestmark = pytest.mark.mpi
 
+MATRIX = {1: (), 2: (), 3: ("--large",), 4: ("--large",), 5: (), 7: (), 8: ()}
+FEATURES = [1, 2, 3, 5]
+TORCH_TRANSPORT = [2, 3, 4]
+SPARSE = [1, 2, 3, 5, 8]
+COMPRESSED = [1, 2, 3, 5]
+LAUNCHES.add(*[Script("matrix.py", n, args, timeout=400) for n, args in MATRIX.items()],
+             *[Script("features.py", n, timeout=200) for n in FEATURES],
+             *[Script("torch_transport.py", n, timeout=200) for n in TORCH_TRANSPORT],
+             *[Script("sparse.py", n, timeout=200) for n in SPARSE],
+             *[Script("compressed.py", n, timeout=300) for n in COMPRESSED])
 
 
-@pytest.mark.parametrize("np_", [1, 2, 3, 4, 5, 7, 8])
+@pytest.mark.parametrize("np_", MATRIX)
 def test_allreduce_matrix(np_: int) -> None:
-    args = ["--large"] if np_ in (3, 4) else []
-    _passed(run("matrix.py", np_, *args, timeout=400), "allreduce matrix")
+    _passed(LAUNCHES.result("matrix.py", np_, *MATRIX[np_]), "allreduce matrix")
 
 
-@pytest.mark.parametrize("np_", [1, 2, 3, 5])
+@pytest.mark.parametrize("np_", FEATURES)
 def test_features(np_: int) -> None:
-    _passed(run("features.py", np_, timeout=200), "features")
+    _passed(LAUNCHES.result("features.py", np_), "features")
 
 
-@pytest.mark.parametrize("np_", [2, 3, 4])
+@pytest.mark.parametrize("np_", TORCH_TRANSPORT)
 def test_torch_distributed_transport(np_: int) -> None:
-    _passed(run("torch_transport.py", np_, timeout=200), "torch transport")
+    _passed(LAUNCHES.result("torch_transport.py", np_), "torch transport")
 
 
 def test_absent_rank_times_out_naming_the_step_and_peer() -> None:
@@ -70,14 +79,14 @@ def test_a_rank_killed_on_one_host_ends_the_two_level_job_on_every_host(mode: st
     assert time.monotonic() - t0 < 60
 
 
-@pytest.mark.parametrize("np_", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("np_", SPARSE)
 def test_sparse_allreduce(np_: int) -> None:
-    _passed(run("sparse.py", np_, timeout=200), "sparse allreduce")
+    _passed(LAUNCHES.result("sparse.py", np_), "sparse allreduce")
 
 
-@pytest.mark.parametrize("np_", [1, 2, 3, 5])
+@pytest.mark.parametrize("np_", COMPRESSED)
 def test_compressed_allreduce(np_: int) -> None:
-    _passed(run("compressed.py", np_, timeout=300), "compressed allreduce")
+    _passed(LAUNCHES.result("compressed.py", np_), "compressed allreduce")
 
 
 def test_gpu_smoke_script_on_host_arrays() -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from tests.mpirun import LAUNCHES, Script
 from tests.mpirun import passed as _passed
-from tests.mpirun import run
 
 pytestmark = pytest.mark.mpi
+
+LAUNCHES.add(*[Script("nonfinite.py", n, timeout=240) for n in (2, 3)])
 
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_nonfinite_on_one_rank_shows_then_clears(np_: int) -> None:
-    _passed(run("nonfinite.py", np_, timeout=240), "nonfinite")
+    _passed(LAUNCHES.result("nonfinite.py", np_), "nonfinite")

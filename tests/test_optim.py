@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import pytest
 
-from tests.mpirun import passed, run
+from tests.mpirun import LAUNCHES, Script, passed
 
 pytestmark = pytest.mark.mpi
+
+LAUNCHES.add(*[Script(name, n, timeout=300) for n in (2, 3)
+               for name in ("diloco.py", "onebit.py")])
 
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_diloco_is_synchronous_sgd_at_one_step_resumes_exactly_and_refuses_mismatches(
         np_: int) -> None:
-    passed(run("diloco.py", np_, timeout=300), "diloco")
+    passed(LAUNCHES.result("diloco.py", np_), "diloco")
 
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_onebit_adam_is_adam_before_the_freeze_masks_unused_rows_and_resumes_exactly(
         np_: int) -> None:
-    passed(run("onebit.py", np_, timeout=300), "onebit")
+    passed(LAUNCHES.result("onebit.py", np_), "onebit")
 
 
 def test_diloco_auto_sync_every_prices_the_sync_against_whole_steps() -> None:

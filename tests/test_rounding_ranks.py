@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 import compressors
-from tests.mpirun import passed, run
+from tests.mpirun import LAUNCHES, Script, passed
 
+LAUNCHES.add(Script("rounding_ranks.py", 3, timeout=240))
 STOCHASTIC = ["uniform:bits=8", "uniform:bits=2", "qsgd", "terngrad"]
 
 
@@ -74,4 +75,4 @@ def test_the_average_of_ranks_rounding_errors_falls_with_the_ranks(spec: str) ->
 
 @pytest.mark.mpi
 def test_ranks_results_bit_identical_and_rounding_errors_average_out() -> None:
-    passed(run("rounding_ranks.py", 3, timeout=240), "rounding_ranks")
+    passed(LAUNCHES.result("rounding_ranks.py", 3), "rounding_ranks")

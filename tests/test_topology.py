@@ -12,7 +12,7 @@ from collectives.algorithms import REGISTRY, two_level
 from collectives.errors import CollectiveTimeout, CommunicatorUnusable
 from collectives.topology import Topology, boot_id, digest, host_key
 from collectives.transport.base import Communicator, Request
-from tests.mpirun import passed, run
+from tests.mpirun import LAUNCHES, Script, passed
 
 TORCHRUN = {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "RANK": "5"}
 
@@ -160,13 +160,14 @@ def test_two_level_sends_what_the_flat_ring_does(hosts: int, local: int) -> None
 # Layouts: "AxB" A hosts of B ranks, "3+1" consecutive hosts of 3 and 1, "0,1,0,1" the host
 # of each rank; "full:" runs every dtype and op (see tests/mpi/two_level.py).
 LAYOUTS = {
-    4: ["full:2x2", "full:3+1", "0,1,0,1", "--torch", "--timeout"],
-    5: ["0,1,1,0,1", "1x5", "5x1"],
-    6: ["full:2x3", "3x2"],
+    4: ("full:2x2", "full:3+1", "0,1,0,1", "--torch", "--timeout"),
+    5: ("0,1,1,0,1", "1x5", "5x1"),
+    6: ("full:2x3", "3x2"),
 }
+LAUNCHES.add(*[Script("two_level.py", n, args, timeout=240) for n, args in LAYOUTS.items()])
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("np_", sorted(LAYOUTS))
 def test_two_level_allreduce_on_emulated_hosts(np_: int) -> None:
-    passed(run("two_level.py", np_, *LAYOUTS[np_], timeout=240), "two-level")
+    passed(LAUNCHES.result("two_level.py", np_, *LAYOUTS[np_]), "two-level")

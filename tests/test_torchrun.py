@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.mpirun import passed, run, torchrun
+from tests.mpirun import LAUNCHES, Script, passed, torchrun
 
 pytestmark = pytest.mark.mpi
+
+LAUNCHES.add(Script("default_comm.py", 2, timeout=120))
 
 
 def test_comm_none_follows_torch_distributed_under_torchrun(tmp_path) -> None:
@@ -15,7 +17,7 @@ def test_comm_none_follows_torch_distributed_under_torchrun(tmp_path) -> None:
 
 
 def test_comm_none_is_the_mpi_world_under_mpiexec_and_refuses_a_different_torch_size() -> None:
-    passed(run("default_comm.py", 2, timeout=120), "mpi default comm")
+    passed(LAUNCHES.result("default_comm.py", 2), "mpi default comm")
 
 
 def test_compcoll_backend_string_compresses_ddp_and_trains_like_gloo() -> None:

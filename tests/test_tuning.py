@@ -6,7 +6,7 @@ import pytest
 
 from collectives.algorithms import modeled
 from collectives.tuning import Crossovers
-from tests.mpirun import passed, run
+from tests.mpirun import LAUNCHES, Script, passed
 
 MB = 1 << 20
 NAMES = [a.name for a in modeled()]
@@ -70,7 +70,10 @@ def test_tune_refuses_bad_arguments_before_communicating(kwargs, match) -> None:
         tune(comm=object(), **kwargs)  # not a communicator: it would fail if reached
 
 
+LAUNCHES.add(Script("tuning.py", 3, timeout=240))
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("np_", [3])
 def test_tuning_on_live_ranks(np_: int) -> None:
-    passed(run("tuning.py", np_, timeout=240), "tuning")
+    passed(LAUNCHES.result("tuning.py", np_), "tuning")

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.mpirun import passed, run
+from tests.mpirun import LAUNCHES, Script, passed
 
-LAYOUTS = {4: ["2x2", "--fit", "--timeout"], 6: ["2x3"]}
+LAYOUTS = {4: ("2x2", "--fit", "--timeout"), 6: ("2x3",)}
+LAUNCHES.add(*[Script("two_level_compressed.py", n, args, timeout=180)
+               for n, args in LAYOUTS.items()])
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("np_", sorted(LAYOUTS))
 def test_two_level_compressed_allreduce_on_emulated_hosts(np_: int) -> None:
-    passed(run("two_level_compressed.py", np_, *LAYOUTS[np_], timeout=180),
+    passed(LAUNCHES.result("two_level_compressed.py", np_, *LAYOUTS[np_]),
            "two-level compressed")
