@@ -3,14 +3,16 @@
 Public API::
 
     allreduce, iallreduce, reduce_scatter, allgather, broadcast, algorithms,
-    sparse_allreduce, isparse_allreduce, schemes, Compression,
+    sparse_allreduce, isparse_allreduce, schemes, Compression, Session,
     Communicator, Handle, defaults, and the errors CompcollError, CommunicationError,
     CollectiveTimeout, CommunicatorUnusable, MismatchError, TransportError.
 
 ``allreduce(buf, compress=Compression("uniform:bits=8", feedback=..., name=...))``, or the
 same fields as keywords (``allreduce(buf, compressor=..., feedback=...)``), compresses on the
 way: the collective scheme follows the compressor's capabilities. ``collectives.core`` shows
-the whole data path in one file: read it first.
+the whole data path in one file: read it first. ``Session`` is what the torch front doors
+(the DDP hook, FSDP's reduce-scatter, the backend, the optimizers) share: the policy, the
+compressors, one residual store, ``min_numel`` and validate-once.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .errors import (
     TransportError,
 )
 from .progress import Handle
+from .session import Session
 from .sparse import isparse_allreduce, sparse_allreduce
 from .transport import Communicator, as_communicator
 from .tuner import tune
@@ -62,7 +65,7 @@ __all__ = [
     "__version__",
     "CollectiveTimeout", "CommunicationError", "CommunicatorUnusable", "CompcollError",
     "Communicator", "Compression", "Handle",
-    "MismatchError", "TransportError", "algorithms", "allgather", "allreduce",
+    "MismatchError", "Session", "TransportError", "algorithms", "allgather", "allreduce",
     "as_communicator", "broadcast", "defaults", "iallreduce", "isparse_allreduce",
     "reduce_scatter", "schemes", "sparse_allreduce", "tune",
 ]

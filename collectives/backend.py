@@ -43,14 +43,21 @@ refused then, naming its variable; ``import torch`` never fails because of one):
 
 * ``COMPCOLL_COMPRESSOR``: the compressor spec (default ``uniform:bits=8``: stochastic
   rounding, unbiased, about 1% error per step, which needs no error feedback);
-* ``COMPCOLL_FEEDBACK=1``: error feedback, one residual per tensor *address* and size. Right
-  for DDP, whose bucket buffers stay at fixed addresses for the whole run; wrong for a loop
-  that reduces freshly allocated tensors (another tensor may come to live at an address and
-  inherit its residual), hence off by default;
+* ``COMPCOLL_FEEDBACK=1``: error feedback, one residual per buffer: the group's
+  :class:`collectives.Session` scopes a call by its tensor's size and the order in which
+  buffers of that size were first reduced (``<numel>:<dtype>#<slot>``, a slot per address,
+  the same on every rank and in every run of the program). Right for DDP, whose bucket
+  buffers stay at fixed addresses for the whole run; wrong for a loop that reduces freshly
+  allocated tensors (another tensor may come to live at an address and inherit its
+  residual), hence off by default;
 * ``COMPCOLL_FEEDBACK_MAX_TENSORS``: the most residuals feedback keeps (default 64); past
   it the least recently used one is dropped, with a warning the first time (a program that
   reduces fresh tensors would otherwise keep one residual per tensor it ever reduced);
 * ``COMPCOLL_MIN_NUMEL``: smaller tensors go uncompressed (default 16384, ``config.MIN_NUMEL``).
+
+The group's :class:`collectives.Session` (:func:`session`) holds the compressor, the
+residuals, ``min_numel`` and the step counts; its ``state_dict()`` / ``load_state_dict()``
+carry them across a restart.
 
 Or in code, before ``init_process_group``: ``collectives.backend.configure(...)``. The group
 checks, when it is created, that every rank has the same compressor, feedback and
@@ -75,7 +82,6 @@ import json
 import os
 import threading
 import warnings
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from datetime import timedelta
@@ -88,6 +94,7 @@ from torch._C._distributed_c10d import AllgatherOptions  # not re-exported by di
 from . import torchwork
 from .config import MIN_NUMEL, defaults, resolve_timeout
 from .errors import MismatchError
+from .session import Session
 from .torchwork import deadline
 from .transport.torch_dist import allgather_base, reduce_scatter_base
 
@@ -97,7 +104,8 @@ NAME = "compcoll"
 #: the inner gloo group, which takes CUDA tensors, for everything else
 DEVICES = ("cpu", "cuda")
 
-__all__ = ["NAME", "BackendConfig", "CompressedProcessGroup", "configure", "register"]
+__all__ = ["NAME", "BackendConfig", "CompressedProcessGroup", "configure", "register",
+           "session"]
 
 
 def _flag(raw: str) -> bool:
@@ -272,9 +280,13 @@ class CompressedProcessGroup(dist.ProcessGroup):
         self._timeout = deadline(timeout)
         self._comm: Any = None
         self._worker: Any = None
-        self._feedbacks: OrderedDict[tuple[int, int, str], Any] = OrderedDict()
-        self._evicted = 0
-        self._steps: dict[str, int] = {}
+        #: the compressor, residual store (scoped by buffer, at most ``feedback_max_tensors``),
+        #: ``min_numel`` and step counts (``collectives.session``)
+        self.session = Session(config.compressor, error_feedback=config.feedback,
+                               min_numel=config.min_numel,
+                               max_scopes=config.feedback_max_tensors)
+        self._slots: dict[tuple[int, int, str], str] = {}  # a buffer -> its scope
+        self._made: dict[str, int] = {}  # the last slot given, by size and layout
         self._running: dict[str, threading.Event] = {}  # the last call of each name
         self.compressed = self.plain = 0  # calls of each kind (for tests and curiosity)
 
@@ -293,7 +305,7 @@ class CompressedProcessGroup(dist.ProcessGroup):
         t = tensors[0]
         return (t.is_floating_point() and t.dtype in (torch.float32, torch.float64,
                                                        torch.float16, torch.bfloat16)
-                and t.device.type in DEVICES and t.numel() >= max(self.config.min_numel, 1))
+                and t.device.type in DEVICES and self.session.compresses(t.numel()))
 
     def allreduce(self, tensors: list[Any], opts: Any = None) -> Any:
         """Compressed where it applies (see the module doc), gloo's own elsewhere. A strided
@@ -338,13 +350,12 @@ class CompressedProcessGroup(dist.ProcessGroup):
         comm = self._communicator()
         # Rank-independent: the same call order gives every rank the same name and step.
         name = f"backend/{t.numel()}:{str(t.dtype).removeprefix('torch.')}"
-        step = self._steps.get(name, 0)
-        self._steps[name] = step + 1
+        step = self.session.next_step(name)
         previous = self._running.get(name)
         if previous is not None:
             previous.wait(resolve_timeout(self._timeout))  # it shares this name's scratch
         handle = api.iallreduce(t, op="avg" if avg else "sum", comm=comm, out=t,
-                                compressor=self.config.compressor,
+                                compressor=self.session.compressor(self.session.spec),
                                 feedback=self._feedback_of(given), name=name, step=step,
                                 timeout=self._timeout)
         fut: torch.futures.Future[Any] = torch.futures.Future()
@@ -354,22 +365,25 @@ class CompressedProcessGroup(dist.ProcessGroup):
         return torchwork.from_future(fut)
 
     def _feedback_of(self, t: Any) -> Any:
-        """The error feedback of ``t``'s address and size (None without feedback): at most
+        """The error feedback of ``t``'s buffer (None without feedback): the session's scope
+        ``<numel>:<layout>#<slot>``, the slot counting the distinct buffers of that size in
+        order of first use (the same on every rank and in every run of the program); at most
         ``feedback_max_tensors`` are kept, the least recently used dropped first."""
         if not self.config.feedback:
             return None
-        import compressors
-
         layout = str(t.dtype) if t.is_contiguous() else f"{t.dtype} strides {t.stride()}"
         key = (t.data_ptr(), t.numel(), layout)
-        fb = self._feedbacks.pop(key, None)
-        if fb is None:
-            fb = compressors.ErrorFeedback(compressors.get(self.config.compressor))
-        self._feedbacks[key] = fb
-        if len(self._feedbacks) > self.config.feedback_max_tensors:
-            self._feedbacks.popitem(last=False)
-            self._evicted += 1
-            if self._evicted == 1:
+        scope = self._slots.get(key)
+        if scope is None:
+            size = f"{t.numel()}:{layout}"
+            slot = self._made[size] = self._made.get(size, -1) + 1
+            scope = self._slots[key] = f"{size}#{slot}"
+        evicted = self.session.evicted
+        fb = self.session.feedback(self.session.spec, scope)
+        if self.session.evicted > evicted:
+            held = set(self.session.scopes())
+            self._slots = {k: s for k, s in self._slots.items() if s in held}
+            if evicted == 0:
                 warnings.warn(
                     f"compcoll backend: error feedback keeps residuals of at most "
                     f"{self.config.feedback_max_tensors} tensors (COMPCOLL_FEEDBACK_MAX_"
@@ -516,6 +530,22 @@ def create(store: Any, rank: int, size: int, timeout: timedelta) -> CompressedPr
     elif error is not None:
         raise ValueError(error)
     return pg
+
+
+def session(group: Any = None) -> Session:
+    """The :class:`collectives.Session` of a ``compcoll`` group (None: the default group):
+    its compressor, residuals, ``min_numel`` and step counts.
+
+    Example::
+
+        >>> state = collectives.backend.session().state_dict()  # this rank's, to save
+    """
+    pg = dist.group.WORLD if group is None else group
+    if not isinstance(pg, CompressedProcessGroup):
+        raise TypeError(f"collectives.backend.session() needs a group made with the "
+                        f"'compcoll' backend, got {type(pg).__name__} (init_process_group("
+                        f"'compcoll') or new_group(backend='compcoll'))")
+    return pg.session
 
 
 def register() -> None:

@@ -12,7 +12,10 @@ after the collective itself where it wants to (fp16), so those factors need noth
 * Inputs of fewer than ``min_numel`` elements (default 16384) and dtypes other than float32
   and bfloat16 go through torch.distributed's reduce-scatter on the group, exact.
 * Error feedback (on by default) keeps what the payloads missed and adds it to the next
-  call's input, one residual per input (element count, dtype) on each instance. FSDP2 does
+  call's input, one residual per input (element count, dtype) and instance name, in the
+  instance's :class:`collectives.Session` (the compressor, the residuals, ``min_numel`` and
+  the step counts; ``session.state_dict()`` saves them, and :func:`compress_reduce_scatter`
+  gives every module's instance one shared session). FSDP2 does
   not say which parameter group a call belongs to, and its input buffers are allocated
   afresh for every call (on the CPU at a new address nearly every step, so an address is no
   key: it would grow a residual per step); but a module's reduce-scatter runs once per
@@ -65,20 +68,20 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 
-import compressors
 from compressors.dtypes import lookup
 
 from . import torchwork
 from .algorithms import ring
 from .algorithms.common import Job
 from .compressed import hierarchical, resolve_compressor
-from .compressed.checks import HIERARCHIES, check_feedback, known_hierarchy
+from .compressed.checks import HIERARCHIES, check_feedback
 from .compressed.common import Ctx, wire_sizes
 from .compressed.compression import Compression
 from .config import MIN_NUMEL, defaults
 from .errors import MismatchError
 from .exchange import alltoallv
 from .progress import Handle
+from .session import Session
 from .topology import topology
 from .torchwork import group_deadline
 from .transport import as_communicator
@@ -87,6 +90,8 @@ from .validation import agree, digest
 __all__ = ["CompressedReduceScatter", "compress_reduce_scatter"]
 
 _COMPRESSED_DTYPES = (torch.float32, torch.bfloat16)
+#: the compressor, error_feedback, min_numel and hierarchy arguments left as they are
+_DEFAULTS = ("uniform:bits=8", True, MIN_NUMEL, "auto")
 
 
 class CompressedReduceScatter(ReduceScatter):
@@ -96,23 +101,33 @@ class CompressedReduceScatter(ReduceScatter):
 
     def __init__(self, compressor: Any = "uniform:bits=8", *, error_feedback: bool = True,
                  min_numel: int = MIN_NUMEL, timeout: float | None = None,
-                 name: str = "fsdp", hierarchy: str = "auto") -> None:
-        self.compressor = resolve_compressor(compressor)
+                 name: str = "fsdp", hierarchy: str = "auto",
+                 session: Session | None = None) -> None:
+        session = _session(session, (compressor, error_feedback, min_numel, hierarchy),
+                           "CompressedReduceScatter")
+        #: the compressor, residual store, min_numel and hierarchy (``collectives.session``;
+        #: one session may serve every module of a model, see compress_reduce_scatter)
+        self.session = session
+        self.compressor = session.compressor(session.spec)
         if self.compressor.capabilities.allreduce_steps:
             raise ValueError(f"{self.compressor.name} needs collective steps of its own "
                              "(an allreduce), not a reduce-scatter; use a quantizer, a "
                              "sparsifier or a half-precision compressor")
-        if not (isinstance(min_numel, int) and min_numel >= 0):
-            raise ValueError(f"min_numel must be an integer >= 0, got {min_numel!r}")
-        self.feedback = compressors.ErrorFeedback(self.compressor) if error_feedback else None
+        self.feedback = session.feedback(session.spec)
         check_feedback(self.feedback, self.compressor)
-        known_hierarchy(hierarchy)
-        self.min_numel, self.timeout, self.hierarchy = min_numel, timeout, hierarchy
+        self.timeout = timeout
         self._deadline = timeout  # this call's: timeout, else the group's (see __call__)
         self.calls = {"compressed": 0, "plain": 0, "two_level": 0}
-        self._steps: dict[str, int] = {}
         self._agreed: dict[int, Any] = {}  # id -> communicator whose ranks have agreed
         self.name = name  # names the residuals and seeds the stochastic rounding
+
+    @property
+    def min_numel(self) -> int:
+        return self.session.min_numel
+
+    @property
+    def hierarchy(self) -> str:
+        return self.session.hierarchy
 
     def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype,
                  device: torch.device) -> torch.Tensor:
@@ -132,7 +147,7 @@ class CompressedReduceScatter(ReduceScatter):
                              f"{output_tensor.numel()} on {p} ranks (needs p times as many)")
         if p > 1:
             self._agree(group)
-        if input_tensor.dtype not in _COMPRESSED_DTYPES or n < max(self.min_numel, 1) \
+        if input_tensor.dtype not in _COMPRESSED_DTYPES or not self.session.compresses(n) \
                 or not (input_tensor.is_contiguous() and output_tensor.is_contiguous()) \
                 or p == 1:
             self.calls["plain"] += 1
@@ -143,8 +158,7 @@ class CompressedReduceScatter(ReduceScatter):
         lv = hierarchical.levels(comm, self.hierarchy, self.compressor, self._deadline)
         host = input_tensor.detach().reshape(-1).cpu()
         name = self._name(input_tensor)
-        step = self._steps.get(name, 0)
-        self._steps[name] = step + 1
+        step = self.session.next_step(name)
         if lv is not None and lv.intra is not None and lv.cross is not None:
             self.calls["two_level"] += 1
             ctx, steps = self._two_level(comm, lv, host.float().numpy(), name, step)
@@ -222,25 +236,42 @@ class CompressedReduceScatter(ReduceScatter):
 
 def compress_reduce_scatter(module: torch.nn.Module, compressor: Any = "uniform:bits=8", *,
                             error_feedback: bool = True, min_numel: int = MIN_NUMEL,
-                            timeout: float | None = None, hierarchy: str = "auto"
-                            ) -> list[CompressedReduceScatter]:
+                            timeout: float | None = None, hierarchy: str = "auto",
+                            session: Session | None = None) -> list[CompressedReduceScatter]:
     """Give every ``fully_shard`` module in ``module`` (itself included) a
-    :class:`CompressedReduceScatter` of its own, so each residual belongs to one parameter
-    group; returns them in ``module.named_modules()`` order, each named by its module's
-    path. Call it on every rank alike."""
+    :class:`CompressedReduceScatter` of its own, each named by its module's path, so each
+    residual belongs to one parameter group; all of them share one :class:`Session` (the one
+    given, else one made of the other arguments), whose ``state_dict()`` saves every
+    module's residuals and steps. Returns them in ``module.named_modules()`` order. Call it
+    on every rank alike."""
     from torch.distributed.fsdp import FSDPModule
 
+    session = _session(session, (compressor, error_feedback, min_numel, hierarchy),
+                       "compress_reduce_scatter")
     out = []
     for path, m in module.named_modules():
         if isinstance(m, FSDPModule):
-            comm = CompressedReduceScatter(compressor, error_feedback=error_feedback,
-                                           min_numel=min_numel, timeout=timeout,
-                                           name=f"fsdp:{path or '.'}", hierarchy=hierarchy)
+            comm = CompressedReduceScatter(timeout=timeout, name=f"fsdp:{path or '.'}",
+                                           session=session)
             m.set_custom_reduce_scatter(comm)
             out.append(comm)
     if not out:
         raise ValueError("no fully_shard module in the model: call fully_shard first")
     return out
+
+
+def _session(session: Session | None, settings: tuple[Any, bool, int, str], who: str
+             ) -> Session:
+    """The session given, else one of ``settings`` (compressor, error_feedback, min_numel,
+    hierarchy), which may not be given beside a session."""
+    if session is None:
+        compressor, error_feedback, min_numel, hierarchy = settings
+        return Session(resolve_compressor(compressor), error_feedback=error_feedback,
+                       min_numel=min_numel, hierarchy=hierarchy)
+    if settings != _DEFAULTS:
+        raise TypeError(f"{who}: give the compressor, error_feedback, min_numel and "
+                        f"hierarchy to the Session, not beside it")
+    return session
 
 
 def reduce_scatter(ctx: Ctx) -> Any:

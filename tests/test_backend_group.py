@@ -45,8 +45,9 @@ def test_feedback_keeps_at_most_the_stated_number_of_residuals_and_warns_once(gr
             fresh.append(torch.randn(1000 + i % 2))  # alive: every one at a new address
             pg.allreduce([fresh[-1]]).wait()
             pg.allreduce([first]).wait()  # used every time: never the least recent
-    assert len(pg._feedbacks) == 3
-    assert (first.data_ptr(), 1000, str(first.dtype)) in pg._feedbacks
+    held = pg.session.scopes()  # the session's store: one scope per buffer, oldest first
+    assert len(held) == 3 and pg.session.evicted == 6
+    assert f"1000:{first.dtype}#0" in held  # the first buffer of its size: slot 0
     ours = [w for w in caught if "COMPCOLL_FEEDBACK_MAX_TENSORS" in str(w.message)]
     assert len(ours) == 1, [str(w.message) for w in caught]
     text = str(ours[0].message)
@@ -58,7 +59,7 @@ def test_without_feedback_no_residual_is_kept(group) -> None:
     pg = group(min_numel=0)
     for _ in range(5):
         pg.allreduce([torch.randn(500)]).wait()
-    assert not pg._feedbacks and pg.compressed == 5
+    assert not list(pg.session.feedbacks()) and pg.compressed == 5
 
 
 def test_average_of_integers_is_refused_like_gloo(group) -> None:

@@ -10,9 +10,9 @@ import numpy as np
 import compressors
 from compressors import device_feedback
 
-from ..compressed.checks import known_hierarchy
 from ..config import check_timeout
-from ..policy import Layer, Policy, as_policy, layer_of, model_layers
+from ..policy import Layer, Policy, layer_of, model_layers
+from ..session import Session
 from ..validation import agree_settings
 from . import checkpoint
 from . import groups as grouping
@@ -45,17 +45,15 @@ class CompressionState:
                  timeout: float | None = None, scheme: str = "auto",
                  algorithm: str = "auto", plain: str | None = None,
                  hierarchy: str = "auto") -> None:
-        if not isinstance(error_feedback, bool):
-            raise ValueError(f"error_feedback must be True or False, got {error_feedback!r}")
         if isinstance(start_step, bool) or not (isinstance(start_step, int) and start_step >= 0):
             raise ValueError(f"start_step must be an integer >= 0, got {start_step!r}")
         check_timeout(timeout)  # a positive finite number of seconds, or None (the default)
-        known_hierarchy(hierarchy)
+        #: the policy, compressor instances, residual store and validate-once (the front
+        #: door every adapter shares, ``collectives.session``)
+        self.session = Session(policy, error_feedback=error_feedback, hierarchy=hierarchy)
         self.process_group, self.comm_arg = process_group, comm
-        self.policy: Policy = as_policy(policy)
-        self.error_feedback, self.start_step = error_feedback, start_step
+        self.start_step = start_step
         self.timeout, self.scheme, self.algorithm, self.plain = timeout, scheme, algorithm, plain
-        self.hierarchy = hierarchy
         self.step = 0  # iterations begun, counted at each call for bucket 0
         self.current = 0  # the step the hooks of this iteration belong to
         self.version = 0  # bumped when the policy's decisions change
@@ -66,19 +64,26 @@ class CompressionState:
         #: saved in checkpoints): the canonical order of zero-slot layouts (with_zero_slots)
         self.layout: dict[str, int] = {}
         self._layers: dict[str, Layer] = {}
-        self._comps: dict[str, compressors.Compressor] = {}
-        self._feedback: dict[str, compressors.ErrorFeedback] = {}
         self._groups: dict[int, tuple[Any, list[grouping.Group]]] = {}
         # the hook's lookup of a bucket's groups without its gradients (hook._groups)
         self.quick: dict[int, tuple[Any, list[grouping.Group]]] = {}
         self._pool: dict[str, Any] = {}  # per-parameter residuals waiting for their group
-        self._validated: set[tuple[str, str, int]] = set()
         self._agreed = False  # the ranks compared their settings (at the first hook call)
         self._comm: Any = None
         self._group_wait: float | None = None  # the process group's timeout (communicator())
         self._worker = Worker()
-        # A Compressor passed in is used as it is (its warm starts).
-        self._comps.update(self.policy.instances())
+
+    @property
+    def policy(self) -> Policy:
+        return self.session.policy
+
+    @property
+    def error_feedback(self) -> bool:
+        return self.session.error_feedback
+
+    @property
+    def hierarchy(self) -> str:
+        return self.session.hierarchy
 
     def bind(self, model: Any) -> CompressionState:
         """Learn parameter names and kinds from ``model``, the DistributedDataParallel wrapper
@@ -151,16 +156,10 @@ class CompressionState:
         return "auto" if self.policy.adaptive else self.communicator().engine
 
     def compressor(self, spec: str) -> compressors.Compressor:
-        if spec not in self._comps:
-            self._comps[spec] = compressors.get(spec)
-        return self._comps[spec]
+        return self.session.compressor(spec)
 
     def feedback(self, spec: str) -> compressors.ErrorFeedback | None:
-        if not self.error_feedback:
-            return None
-        if spec not in self._feedback:
-            self._feedback[spec] = compressors.ErrorFeedback(self.compressor(spec))
-        return self._feedback[spec]
+        return self.session.feedback(spec)
 
     def layer(self, param: Any, fallback: str) -> Layer:
         name = self._names.get(id(param)) or self._names.get(param.data_ptr()) or fallback
@@ -251,7 +250,7 @@ class CompressionState:
         """The groups' residuals back to the per-parameter pool (device ones copied first),
         for the groups that replace them."""
         for g in groups:
-            fb = self._feedback.get(g.spec)
+            fb = self.session.held(g.spec)
             if fb is not None:
                 held = [g.name, f"{g.name}@owner"]  # only these: not every residual per group
                 device_feedback.export_residuals(fb, held)
@@ -263,10 +262,7 @@ class CompressionState:
 
     def validate_once(self, name: str, spec: str, numel: int) -> bool:
         """Check agreement across ranks the first time a group is sent, not every step."""
-        key = (name, spec, numel)
-        first = key not in self._validated
-        self._validated.add(key)
-        return first
+        return self.session.validate_once(name, spec, numel)
 
     def busy(self) -> bool:
         """Whether the background thread has jobs queued or running (their collectives may
@@ -289,21 +285,20 @@ class CompressionState:
 
     def warm_starts(self) -> dict[str, dict[str, np.ndarray]]:
         """Copies of the warm starts (PowerSGD's Q) of the compressors that hold any, by spec."""
-        warm = {spec: getattr(comp, "warm_state", dict)() for spec, comp in self._comps.items()}
-        return {spec: qs for spec, qs in warm.items() if qs}
+        return self.session.warm_starts()
 
     def residuals(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Copies of this rank's error-feedback residuals: per parameter (the groups' cut
         into their parameters' pieces, with those waiting for their group), and the ones tied
         to a group's chunking under ``"spec|name"`` (owner-side ``name@owner`` as ``name``, a
         two-level call's ``name@shard<i>[@owner]`` as they are)."""
-        for fb in self._feedback.values():  # residuals kept in device memory, copied back first
+        for _, _, fb in self.session.feedbacks():  # device residuals copied back first
             device_feedback.export_residuals(fb)
         per_param = {k: np.array(v) for k, v in self._pool.items()}
         chunked: dict[str, np.ndarray] = {}
         for _, groups in self._groups.values():
             for g in groups:
-                fb = self._feedback.get(g.spec)
+                fb = self.session.held(g.spec)
                 if fb is None:
                     continue
                 res = fb.residuals.get(g.name)
@@ -324,7 +319,7 @@ class CompressionState:
         chunked ones go back to their compressor's error feedback."""
         self._groups.clear()
         self.quick.clear()
-        for fb in self._feedback.values():
+        for _, _, fb in self.session.feedbacks():
             fb.residuals.clear()
         self._pool = per_param
         for key, res in chunked.items():

@@ -47,6 +47,7 @@ import compressors
 from .. import api, costmodel
 from ..config import check_timeout
 from ..policy.base import canonical
+from ..session import Session
 from ..transport import as_communicator
 from ..validation import agree_settings, refusing
 
@@ -117,8 +118,9 @@ class DiLoCo:
         self.outer = torch.optim.SGD([self._master], lr=1.0)
         self._set_outer(self.sync_every or 1)  # averaging while "auto" probes
         self.compressor = self._auto_compressor(flat) if spec == "auto" else spec
-        comp = None if self.compressor == "none" else compressors.get(self.compressor)
-        self.feedback = None if comp is None else compressors.ErrorFeedback(comp)
+        #: the compressor and its residual store (``collectives.session``; none: no feedback)
+        self.session = Session(self.compressor, error_feedback=self.compressor != "none")
+        self.feedback = self.session.feedback(self.compressor)
         self.steps = 0  # inner steps taken
         self.syncs = 0  # outer steps taken
         self._times: dict[str, list[float]] = {"step": [], "sync": []}

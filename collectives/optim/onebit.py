@@ -41,6 +41,7 @@ import compressors
 from .. import api
 from ..config import check_timeout
 from ..policy.base import canonical
+from ..session import Session
 from ..transport import as_communicator
 from ..validation import agree_settings, refusing
 
@@ -82,7 +83,9 @@ class OneBitAdam(torch.optim.Optimizer):
                                       "weight_decay": weight_decay})
         self.freeze_step = freeze_step
         self.compressor, self.warmup_compressor = spec, warmup_compressor
-        self.feedback = compressors.ErrorFeedback(compressors.get(spec))
+        #: the compressor and its residual store (``collectives.session``)
+        self.session = Session(spec)
+        self.feedback = self.session.feedback(spec)
         agree_settings(self.comm, "OneBitAdam settings", {
             "lr": repr(lr), "betas": repr(tuple(betas)), "eps": repr(eps),
             "weight_decay": repr(weight_decay), "freeze_step": str(freeze_step),

@@ -128,7 +128,8 @@ def other_segmenting(chk: Checker) -> None:
     try:
         _, _, state2 = setup(POLICIES["uniform8"], 25.0, **rsag)
         state2.load_state_dict(sd)
-        owners = [k for fb in state2._feedback.values() for k in fb.residuals if "@owner" in k]
+        owners = [k for _, _, fb in state2.session.feedbacks() for k in fb.residuals
+                  if "@owner" in k]
         chk.check(not owners and state2.residuals_restored and state2.step == 3,
                   f"other segmenting: owner residuals dropped ({owners}), the rest restored")
     finally:

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
+from collectives import Session
 from collectives.fsdp import CompressedReduceScatter, compress_reduce_scatter
 from compcoll_bench.commands.train_models import task
 
@@ -174,10 +175,20 @@ def training() -> None:
               f"{compressed} layer(s) every step ({calls} calls in {STEPS} steps)")
         check(ours <= plain * 1.1 + 0.01, f"{label}: training loss {ours:.4f} compressed, "
                                            f"{plain:.4f} default (10% + 0.01)")
-        for c in comms:
+        for c in comms:  # one store (the session's); each module's residual under its name
             if c.feedback is not None:
-                n = len(c.feedback.residuals)
+                n = sum(k.startswith(f"{c.name}/") for k in c.feedback.residuals)
                 check(n <= 1, f"{label}: one residual per module ({c.name}: {n})")
+        if comm == "per module":
+            session = comms[0].session
+            check(all(c.session is session for c in comms), f"{label}: one shared session")
+            again = Session(session.spec, min_numel=session.min_numel)
+            again.load_state_dict(session.state_dict())
+            held, back = session.held(session.spec), again.held(again.spec)
+            check(held is not None and back is not None and held.residuals.keys() ==
+                  back.residuals.keys() and all(torch.equal(torch.from_numpy(v), torch.from_numpy(
+                      back.residuals[k])) for k, v in held.residuals.items()),
+                  f"{label}: the session's state_dict restores every module's residual")
         losses = torch.tensor([plain, ours])
         check(all(torch.equal(e, losses) for e in gathered(losses)),
               f"{label}: the same losses on every rank")

@@ -1,0 +1,232 @@
+"""Session: what the torch front doors decide once, in one object.
+
+The DDP hook (:class:`collectives.ddp.CompressionState`), FSDP's reduce-scatter
+(:class:`collectives.fsdp.CompressedReduceScatter`), the ``compcoll`` backend and the
+optimizers of :mod:`collectives.optim` each hold a :class:`Session` and keep nothing of their
+own of what it owns:
+
+* the **policy** (a compressor spec, rules, a table, "auto"; :func:`collectives.policy.as_policy`)
+  and the **compressor instances**, one per spec (PowerSGD's warm starts live in them);
+* **one residual store with one keying rule**: an error-feedback residual is found by
+  ``(spec, scope, name)``. ``spec`` is the compressor with its parameters; ``name`` is the
+  call's own name, the same on every rank and in every run of the same program (it also seeds
+  stochastic rounding): a DDP group's parameter names, ``fsdp:<module path>/rs<numel>:<dtype>``,
+  ``backend/<numel>:<dtype>``, ``onebit``, ``diloco``. ``scope`` is ``""`` wherever the name
+  alone says which tensor a call reduces; the backend, whose calls are named only by size,
+  scopes them by the tensor (``<numel>:<dtype>#<slot>``: the slot counts, in order of first
+  use, the distinct buffers of that size, the same on every rank and in every run), and keeps
+  at most ``max_scopes`` of them, the least recently used dropped first;
+* ``min_numel`` (``config.MIN_NUMEL``): smaller tensors go uncompressed;
+* **validate-once**: the ranks compare a call's arguments the first time a name is sent
+  (:meth:`validate_once`), and each call name's step count (:meth:`next_step`);
+* ``state_dict`` / ``load_state_dict`` of all of the above (the DDP state saves its residuals
+  per parameter instead, see :mod:`collectives.ddp.checkpoint`, and the rest through here).
+
+Example::
+
+    >>> from collectives import Session
+    >>> s = Session("uniform:bits=8")
+    >>> fb = s.feedback(s.spec)                   # the one store: (spec, scope, name)
+    >>> s.next_step("w"), s.next_step("w")
+    (0, 1)
+    >>> restored = Session("uniform:bits=8"); restored.load_state_dict(s.state_dict())
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import compressors
+from compressors import device_feedback
+
+from .compressed.checks import known_hierarchy
+from .config import MIN_NUMEL
+
+if TYPE_CHECKING:
+    from .policy import Policy
+
+__all__ = ["Session"]
+
+VERSION = 1
+KEYS = ("version", "steps", "policy", "warm_starts", "feedback")
+
+
+class Session:
+    """The policy, compressors, residuals, ``min_numel`` and validate-once of a torch front
+    door (see the module doc). Arguments: ``policy``, ``error_feedback`` (keep residuals),
+    ``min_numel`` (smaller tensors go uncompressed), ``hierarchy`` ("auto", "flat",
+    "two_level": how compressed calls cross hosts), ``max_scopes`` (None: no bound; else the
+    most scopes other than ``""`` kept, least recently used dropped first)."""
+
+    def __init__(self, policy: Any = "uniform:bits=8", *, error_feedback: bool = True,
+                 min_numel: int = MIN_NUMEL, hierarchy: str = "auto",
+                 max_scopes: int | None = None) -> None:
+        if not isinstance(error_feedback, bool):
+            raise ValueError(f"error_feedback must be True or False, got {error_feedback!r}")
+        if isinstance(min_numel, bool) or not (isinstance(min_numel, int) and min_numel >= 0):
+            raise ValueError(f"min_numel must be an integer >= 0, got {min_numel!r}")
+        if max_scopes is not None and (isinstance(max_scopes, bool) or not (
+                isinstance(max_scopes, int) and max_scopes >= 1)):
+            raise ValueError(f"max_scopes must be None or an integer >= 1, got {max_scopes!r}")
+        known_hierarchy(hierarchy)
+        from .policy import as_policy  # loaded on first use (as ``collectives.policy``)
+
+        self.policy: Policy = as_policy(policy)
+        self.error_feedback, self.min_numel = error_feedback, min_numel
+        self.hierarchy, self.max_scopes = hierarchy, max_scopes
+        # A Compressor passed in is used as it is (its warm starts).
+        self._comps: dict[str, compressors.Compressor] = dict(self.policy.instances())
+        self._store: OrderedDict[tuple[str, str], compressors.ErrorFeedback] = OrderedDict()
+        self._steps: dict[str, int] = {}
+        self._validated: set[tuple[str, str, int]] = set()
+        #: scopes dropped past ``max_scopes`` (their residuals lost)
+        self.evicted = 0
+
+    # -- the policy's one compressor -------------------------------------------------------
+    @property
+    def spec(self) -> str:
+        """The compressor of a one-compressor policy (what a front door that compresses every
+        tensor alike uses: FSDP's reduce-scatter, the backend, the optimizers); ValueError
+        for a policy that chooses per layer."""
+        spec = getattr(self.policy, "spec", None)
+        if not isinstance(spec, str) or self.policy.adaptive:
+            raise ValueError(f"this front door compresses every tensor alike and needs a "
+                             f"session with one compressor (a spec such as "
+                             f"'uniform:bits=8'), got the policy {self.policy.describe()!r}")
+        return spec
+
+    def compressor(self, spec: str) -> compressors.Compressor:
+        """The session's instance of ``spec`` (made on first use, then kept)."""
+        if spec not in self._comps:
+            self._comps[spec] = compressors.get(spec)
+        return self._comps[spec]
+
+    def compresses(self, numel: int) -> bool:
+        """Whether a tensor of ``numel`` elements is large enough to compress."""
+        return numel >= max(self.min_numel, 1)
+
+    # -- the residual store ----------------------------------------------------------------
+    def feedback(self, spec: str, scope: str = "") -> compressors.ErrorFeedback | None:
+        """The error feedback holding the residuals of ``spec`` in ``scope`` (made on first
+        use; None without error feedback). Its residuals are keyed by the call's name."""
+        if not self.error_feedback:
+            return None
+        key = (spec, scope)
+        fb = self._store.get(key)
+        if fb is None:
+            fb = self._store[key] = compressors.ErrorFeedback(self.compressor(spec))
+        elif scope:
+            self._store.move_to_end(key)
+        if scope and self.max_scopes is not None:
+            scoped = [k for k in self._store if k[1]]
+            for old in scoped[:max(0, len(scoped) - self.max_scopes)]:
+                del self._store[old]
+                self.evicted += 1
+        return fb
+
+    def held(self, spec: str, scope: str = "") -> compressors.ErrorFeedback | None:
+        """The error feedback of ``spec`` in ``scope`` if one was made, else None (makes
+        nothing)."""
+        return self._store.get((spec, scope))
+
+    def feedbacks(self) -> Iterator[tuple[str, str, compressors.ErrorFeedback]]:
+        """Every (spec, scope, error feedback) of the store, oldest first."""
+        for (spec, scope), fb in list(self._store.items()):
+            yield spec, scope, fb
+
+    def scopes(self) -> list[str]:
+        """The scopes other than ``""`` held now, least recently used first."""
+        return list(dict.fromkeys(scope for _, scope in self._store if scope))
+
+    def clear_residuals(self) -> None:
+        """Forget every residual (device ones too); the feedback objects stay."""
+        for fb in self._store.values():
+            device_feedback.forget(fb)
+            fb.residuals.clear()
+
+    # -- validate-once and steps -------------------------------------------------------------
+    def validate_once(self, name: str, spec: str, numel: int) -> bool:
+        """Whether the ranks should compare this call (the first time ``name`` is sent with
+        ``spec`` and ``numel``), not every step."""
+        key = (name, spec, numel)
+        first = key not in self._validated
+        self._validated.add(key)
+        return first
+
+    def next_step(self, name: str) -> int:
+        """This call's step: the number of earlier calls named ``name`` (the same on every
+        rank, which issue their calls in the same order)."""
+        step = self._steps.get(name, 0)
+        self._steps[name] = step + 1
+        return step
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def warm_starts(self) -> dict[str, dict[str, np.ndarray]]:
+        """Copies of the warm starts (PowerSGD's Q) of the compressors that hold any, by spec."""
+        warm = {spec: getattr(comp, "warm_state", dict)() for spec, comp in self._comps.items()}
+        return {spec: qs for spec, qs in warm.items() if qs}
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's lasting state: the step counts, the policy's state, the warm starts and
+        every residual by ``"spec|scope"`` (device residuals copied back first)."""
+        out = {}
+        for spec, scope, fb in self.feedbacks():
+            device_feedback.export_residuals(fb)
+            out[f"{spec}|{scope}"] = fb.state_dict()
+        return {"version": VERSION, "steps": dict(self._steps),
+                "policy": self.policy.state_dict(), "warm_starts": self.warm_starts(),
+                "feedback": out}
+
+    def load_state_dict(self, state: Any) -> None:
+        """Restore :meth:`state_dict`. Everything is checked first: a bad dict raises
+        ValueError or TypeError naming the field and changes nothing."""
+        if not isinstance(state, Mapping) or state.get("version") != VERSION:
+            raise ValueError(f"not a Session state_dict of version {VERSION}")
+        missing = [k for k in KEYS if k not in state]
+        if missing:
+            raise ValueError(f"Session state_dict: missing {missing}")
+        steps = state["steps"]
+        if not isinstance(steps, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, int | np.integer) and not isinstance(
+                    v, bool) and v >= 0 for k, v in steps.items()):
+            raise ValueError(f"Session state_dict: steps must map call names to integers "
+                             f">= 0, got {steps!r:.200}")
+        for field in ("policy", "warm_starts", "feedback"):
+            if not isinstance(state[field], Mapping):
+                raise TypeError(f"Session state_dict: {field} must be a dict, got "
+                                f"{type(state[field]).__name__}")
+        fresh: dict[tuple[str, str], compressors.ErrorFeedback] = {}
+        for key, saved in state["feedback"].items():
+            spec, bar, scope = str(key).partition("|")
+            if not bar:
+                raise ValueError(f"Session state_dict: feedback keys are 'spec|scope', got "
+                                 f"{key!r}")
+            fb = compressors.ErrorFeedback(self.compressor(spec))
+            fb.load_state_dict(saved)  # validated: ValueError naming the field
+            fresh[(spec, scope)] = fb
+        warm = state["warm_starts"]
+        for spec in warm:
+            if not hasattr(self.compressor(spec), "load_warm_state"):
+                raise ValueError(f"Session state_dict: warm_starts[{spec!r}]: {spec} keeps "
+                                 f"no warm start")
+        for spec, qs in warm.items():
+            self.compressor(spec).load_warm_state(qs)
+        self.policy.load_state_dict(dict(state["policy"]))
+        self._steps = {k: int(v) for k, v in steps.items()}
+        if not self.error_feedback and any(fb.residuals for fb in fresh.values()):
+            warnings.warn("Session.load_state_dict: this session keeps no error feedback "
+                          "(error_feedback=False); the saved residuals are not used",
+                          RuntimeWarning, stacklevel=2)
+            fresh = {}
+        for fb in self._store.values():
+            device_feedback.forget(fb)
+        self._store = OrderedDict(fresh)
+
+    def __repr__(self) -> str:
+        return (f"Session({self.policy.describe()!r}, error_feedback={self.error_feedback}, "
+                f"min_numel={self.min_numel}, hierarchy={self.hierarchy!r})")
