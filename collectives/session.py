@@ -22,14 +22,6 @@ own of what it owns:
 * ``state_dict`` / ``load_state_dict`` of all of the above (the DDP state saves its residuals
   per parameter instead, see :mod:`collectives.ddp.checkpoint`, and the rest through here).
 
-Example::
-
-    >>> from collectives import Session
-    >>> s = Session("uniform:bits=8")
-    >>> fb = s.feedback(s.spec)                   # the one store: (spec, scope, name)
-    >>> s.next_step("w"), s.next_step("w")
-    (0, 1)
-    >>> restored = Session("uniform:bits=8"); restored.load_state_dict(s.state_dict())
 """
 
 from __future__ import annotations
@@ -61,7 +53,19 @@ class Session:
     door (see the module doc). Arguments: ``policy``, ``error_feedback`` (keep residuals),
     ``min_numel`` (smaller tensors go uncompressed), ``hierarchy`` ("auto", "flat",
     "two_level": how compressed calls cross hosts), ``max_scopes`` (None: no bound; else the
-    most scopes other than ``""`` kept, least recently used dropped first)."""
+    most scopes other than ``""`` kept, least recently used dropped first).
+
+    Example::
+
+        >>> from collectives import Session
+        >>> s = Session("uniform:bits=8")
+        >>> fb = s.feedback(s.spec)  # the one store: (spec, scope, name)
+        >>> s.next_step("w"), s.next_step("w")
+        (0, 1)
+        >>> restored = Session("uniform:bits=8")
+        >>> restored.load_state_dict(s.state_dict())
+        >>> assert restored.next_step("w") == 2
+    """
 
     def __init__(self, policy: Any = "uniform:bits=8", *, error_feedback: bool = True,
                  min_numel: int = MIN_NUMEL, hierarchy: str = "auto",
