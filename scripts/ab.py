@@ -65,8 +65,10 @@ def main() -> None:
                          "extension serves only one of them")
     rev = _git("rev-parse", "--short", args.before)
     head = _git("rev-parse", "--short", "HEAD")
+    # the code only: a result file written by an earlier run is no change to what runs
     dirty = " (+ uncommitted changes)" if _git("status", "--porcelain", "--", "collectives",
-                                               "compressors", "compcoll", "bench") else ""
+                                               "compressors", "compcoll",
+                                               "bench/compcoll_bench") else ""
     times: dict[str, dict[str, list[float]]] = {}
     losses: dict[str, dict[str, list]] = {}  # (bench tta) each run's losses, first round
     with tempfile.TemporaryDirectory() as tmp:
