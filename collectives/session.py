@@ -122,11 +122,12 @@ class Session:
             return None
         key = (spec, scope)
         fb = self._store.get(key)
-        if fb is None:
-            fb = self._store[key] = compressors.ErrorFeedback(self.compressor(spec))
-        elif scope:
-            self._store.move_to_end(key)
-        if scope and self.max_scopes is not None:
+        if fb is not None:
+            if scope:
+                self._store.move_to_end(key)
+            return fb
+        fb = self._store[key] = compressors.ErrorFeedback(self.compressor(spec))
+        if scope and self.max_scopes is not None:  # a scope was made: one may be one too many
             scoped = [k for k in self._store if k[1]]
             for old in scoped[:max(0, len(scoped) - self.max_scopes)]:
                 del self._store[old]
@@ -146,12 +147,6 @@ class Session:
     def scopes(self) -> list[str]:
         """The scopes other than ``""`` held now, least recently used first."""
         return list(dict.fromkeys(scope for _, scope in self._store if scope))
-
-    def clear_residuals(self) -> None:
-        """Forget every residual (device ones too); the feedback objects stay."""
-        for fb in self._store.values():
-            device_feedback.forget(fb)
-            fb.residuals.clear()
 
     # -- validate-once and steps -------------------------------------------------------------
     def validate_once(self, name: str, spec: str, numel: int) -> bool:
@@ -205,6 +200,7 @@ class Session:
                 raise TypeError(f"Session state_dict: {field} must be a dict, got "
                                 f"{type(state[field]).__name__}")
         fresh: dict[tuple[str, str], compressors.ErrorFeedback] = {}
+        states: dict[tuple[str, str], Any] = {}
         for key, saved in state["feedback"].items():
             spec, bar, scope = str(key).partition("|")
             if not bar:
@@ -213,6 +209,7 @@ class Session:
             fb = compressors.ErrorFeedback(self.compressor(spec))
             fb.load_state_dict(saved)  # validated: ValueError naming the field
             fresh[(spec, scope)] = fb
+            states[(spec, scope)] = saved
         warm = state["warm_starts"]
         for spec in warm:
             if not hasattr(self.compressor(spec), "load_warm_state"):
@@ -227,9 +224,16 @@ class Session:
                           "(error_feedback=False); the saved residuals are not used",
                           RuntimeWarning, stacklevel=2)
             fresh = {}
-        for fb in self._store.values():
+        # The feedback objects adapters hold (FSDP's, the optimizers') stay the same objects:
+        # their residuals are replaced; those the state does not name are emptied.
+        for key, fb in self._store.items():
             device_feedback.forget(fb)
-        self._store = OrderedDict(fresh)
+            if key in fresh:
+                fb.load_state_dict(states[key])  # checked above
+            else:
+                fb.residuals.clear()
+        for key, fb in fresh.items():
+            self._store.setdefault(key, fb)
 
     def __repr__(self) -> str:
         return (f"Session({self.policy.describe()!r}, error_feedback={self.error_feedback}, "
