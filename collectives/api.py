@@ -149,7 +149,7 @@ def allreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any =
         validate: check first, in one small allgather, that every rank makes the same call
             with every argument that changes what ranks exchange (count, dtype, op,
             algorithm and, where it may run two_level, ``two_level.CROSS``; with a compressor
-            also its spec, scheme, feedback, sparse_algorithm, k, hierarchy, and name and step
+            also its spec, scheme, feedback, sparse_algorithm, hierarchy, and name and step
             where they seed shared randomness); a mismatch raises
             ``MismatchError`` on every rank. Default ``collectives.defaults.validate``.
             ``validate=False`` saves that allgather and checks nothing: ranks that disagree
@@ -163,8 +163,7 @@ def allreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any =
         feedback: a ``compressors.ErrorFeedback`` keeping this tensor's residual (needs name).
         scheme: "auto", "dense", "reduce_scatter_allgather", "allgather" or "sparse".
         name, step: the tensor's name (error-feedback key, seeds) and the training step.
-        sparse_algorithm, k: sparse allreduce algorithm for the sparse scheme; k = result
-            size of "gtopk".
+        sparse_algorithm: the sparse scheme's allreduce ("auto", a name, "gtopk:k=N").
         stats: a dict to fill with the scheme used, compress/decompress seconds and bytes sent.
         hierarchy: how a compressed allreduce crosses hosts. "two_level": reduce-scatter
             inside each host in the buffer's own precision, each local rank compresses its

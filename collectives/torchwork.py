@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -30,7 +31,7 @@ import torch.distributed as dist
 from .config import defaults
 
 __all__ = ["FutureWork", "WaitedWork", "collect", "deadline", "done", "failed",
-           "from_future", "group_deadline", "then"]
+           "from_future", "group_deadline", "comm_deadline", "then"]
 
 
 class FutureWork(dist.Work):
@@ -226,3 +227,12 @@ def group_deadline(group: Any) -> float | None:
         if isinstance(wait, timedelta):
             return deadline(wait)
     return None
+
+
+def comm_deadline(comm: Any) -> float | None:
+    """:func:`group_deadline` of the torch.distributed group a ``collectives.Communicator``
+    wraps (what an object that takes no timeout of its own, as torch's optimizers take none,
+    waits), or None (the defaults) on an MPI communicator."""
+    group = comm.cache.engine_object
+    group = group() if isinstance(group, weakref.ref) else group
+    return group_deadline(group) if isinstance(group, dist.ProcessGroup) else None

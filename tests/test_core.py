@@ -49,7 +49,13 @@ def test_the_value_resolves_its_spec_and_is_frozen():
     ({"compressor": "topk:ratio=0.1", "scheme": "bogus"}, ValueError, "unknown scheme"),
     ({"compressor": "topk:ratio=0.1", "sparse_algorithm": "bogus"}, ValueError,
      "unknown sparse algorithm"),
-    ({"compressor": "topk:ratio=0.1", "k": -1}, ValueError, "non-negative"),
+    ({"compressor": "topk:ratio=0.1", "sparse_algorithm": "gtopk:k=-1"}, ValueError,
+     "non-negative"),
+    ({"compressor": "topk:ratio=0.1", "sparse_algorithm": "dsar:k=3"}, ValueError,
+     "only gtopk takes"),
+    ({"compressor": "topk:ratio=0.1", "sparse_algorithm": "gtopk:top=3"}, ValueError,
+     "only gtopk takes"),
+    ({"compressor": "topk:ratio=0.1", "sparse_algorithm": 3}, TypeError, "gtopk:k=1000"),
     ({"compressor": "fp16", "hierarchy": "tall"}, ValueError, "hierarchy must be one of"),
     ({"compressor": "powersgd:rank=2", "hierarchy": "two_level"}, ValueError, "flat"),
 ])
@@ -111,9 +117,9 @@ def test_the_fields_every_rank_shares():
 def test_the_value_builds_the_schemes_state():
     comm = as_communicator(None)
     dtype = lookup("float64")
-    ctx = Compression("uniform:bits=8", name="w", step=2, sparse_algorithm="dsar", k=7).ctx(
+    ctx = Compression("uniform:bits=8", name="w", step=2, sparse_algorithm="gtopk:k=7").ctx(
         comm, 0, np.zeros(4), dtype, "ring")
     assert isinstance(ctx, Ctx)
     assert (ctx.name, ctx.step, ctx.algorithm, ctx.sparse_algorithm, ctx.k) == \
-        ("w", 2, "ring", "dsar", 7)
+        ("w", 2, "ring", "gtopk", 7)
     assert ctx.acc == np.float64

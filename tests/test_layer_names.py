@@ -83,12 +83,12 @@ def test_a_state_saved_with_compile_loads_without_it() -> None:
     from mpi4py import MPI
 
     model = TiedLM()
-    on = cddp.CompressionState(policy="uniform:bits=8", comm=MPI.COMM_SELF)
+    on = cddp.CompressionState(MPI.COMM_SELF, policy="uniform:bits=8")
     on.bind(wrapped(torch.compile(model)))
     saved = on.state_dict()
     saved["residuals"] = {name: np.full(p.numel(), 0.5, np.float32)
                           for name, p in model.named_parameters()}
-    off = cddp.CompressionState(policy="uniform:bits=8", comm=MPI.COMM_SELF).bind(wrapped(model))
+    off = cddp.CompressionState(MPI.COMM_SELF, policy="uniform:bits=8").bind(wrapped(model))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no residual left out as unknown
         off.load_state_dict(saved)
@@ -105,7 +105,7 @@ def test_loading_another_ranks_state_alone_warns_that_residuals_start_from_zero(
     from mpi4py import MPI
 
     model = TiedLM()
-    st = cddp.CompressionState(policy="uniform:bits=8", comm=MPI.COMM_SELF).bind(wrapped(model))
+    st = cddp.CompressionState(MPI.COMM_SELF, policy="uniform:bits=8").bind(wrapped(model))
     other = st.state_dict()
     other["rank"] = 1  # what rank 1 saved at this world size (as rank 0's file is elsewhere)
     with pytest.warns(RuntimeWarning, match="gather_state_dict"):

@@ -450,6 +450,7 @@ def test_live_bucket_norms_move_the_error_weights() -> None:
     np.testing.assert_allclose(half, w)
 
 
+@pytest.mark.mpi
 def test_two_runs_on_two_ranks_decide_alike_from_the_cache(tmp_path) -> None:
     for phase in ("first", "second"):
         out = run("policy_cache.py", 2, phase, str(tmp_path), timeout=150)

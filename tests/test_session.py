@@ -148,10 +148,13 @@ def test_every_torch_front_door_holds_a_session() -> None:
     from collectives.ddp import CompressionState
     from collectives.fsdp import CompressedReduceScatter
 
-    st = CompressionState(policy=SPEC, error_feedback=False, hierarchy="flat")
+    st = CompressionState(policy=Session(SPEC, error_feedback=False, hierarchy="flat"))
     assert isinstance(st.session, Session) and st.policy is st.session.policy
     assert (st.error_feedback, st.hierarchy) == (False, "flat")
     assert st.compressor(SPEC) is st.session.compressor(SPEC) and st.feedback(SPEC) is None
+    assert CompressionState(policy=st.session).session is st.session  # one shared session
+    with pytest.raises(TypeError, match="to the Session, not beside it"):
+        CompressionState(policy=st.session, error_feedback=False)
     rs = CompressedReduceScatter("topk:ratio=0.01", min_numel=5)
     assert rs.session.min_numel == rs.min_numel == 5 and rs.feedback is rs.session.held(
         rs.session.spec) and rs.compressor is rs.session.compressor(rs.session.spec)
@@ -202,3 +205,32 @@ def test_session_is_exported() -> None:
 
     assert compcoll.Session is collectives.Session is Session
     assert repr(Session(SPEC)).startswith("Session('uniform:bits=8")
+
+
+def test_the_optimizers_wait_as_long_as_their_process_group() -> None:
+    """Like torch's optimizers they take no timeout: a torch group's own (45 s here), the
+    defaults (None) on an MPI communicator; the attribute can be set after construction."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+    from mpi4py import MPI
+
+    from collectives.optim import DiLoCo, OneBitAdam
+
+    model = torch.nn.Linear(4, 3)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
+                            timeout=timedelta(seconds=45))
+    try:
+        pg = dist.group.WORLD
+        assert OneBitAdam(model.parameters(), comm=pg).timeout == 45.0
+        loco = DiLoCo(torch.optim.SGD(model.parameters(), lr=0.1), model, sync_every=2, comm=pg)
+        assert loco.timeout == 45.0
+    finally:
+        dist.destroy_process_group()
+    opt = OneBitAdam(model.parameters(), comm=MPI.COMM_SELF)
+    assert opt.timeout is None
+    opt.timeout = 5.0
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    assert opt.t == 1
+    with pytest.raises(TypeError, match="timeout"):
+        OneBitAdam(model.parameters(), timeout=5)

@@ -4,14 +4,12 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from compressors import Compressor, ErrorFeedback
 
 from ..agreement import Worded
 from ..algorithms import get as get_algorithm
 from ..algorithms import two_level
-from ..sparse import ALGORITHMS as SPARSE_ALGORITHMS
+from ..sparse import parse as parse_sparse
 from ..validation import digest
 
 
@@ -47,13 +45,10 @@ def check_algorithm(algorithm: str) -> None:
         two_level.cross_algorithm()
 
 
-def check_sparse(sparse_algorithm: str, k: int | None) -> None:
-    """An unknown sparse algorithm, or a k that is no count, raises here."""
-    if sparse_algorithm != "auto" and sparse_algorithm not in SPARSE_ALGORITHMS:
-        raise ValueError(f"unknown sparse algorithm {sparse_algorithm!r}; available: auto, "
-                         f"{', '.join(SPARSE_ALGORITHMS)}")
-    if k is not None and (not isinstance(k, int | np.integer) or k < 0):
-        raise ValueError(f"k must be a non-negative int (entries gtopk keeps), got {k!r}")
+def check_sparse(sparse_algorithm: str) -> None:
+    """An unknown sparse algorithm, or an option it does not take (only gtopk's k), raises
+    here (``collectives.sparse.parse``)."""
+    parse_sparse(sparse_algorithm)
 
 
 #: How a compressed allreduce may cross hosts (see ``collectives.allreduce``).

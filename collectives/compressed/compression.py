@@ -25,6 +25,7 @@ from ..agreement import Worded
 from ..algorithms import names as algorithm_names
 from ..algorithms import two_level
 from ..sparse import ALGORITHMS as SPARSE_ALGORITHMS
+from ..sparse import parse as parse_sparse
 from ..transport.base import Communicator
 from ..validation import digest
 from . import SCHEMES, check_scheme, compressor_digest, resolve_compressor
@@ -32,8 +33,8 @@ from .checks import check_feedback, check_sparse, feedback_digest, known_hierarc
 from .common import Ctx
 
 #: The keywords of ``allreduce`` that describe the compression (sugar for the value).
-KEYWORDS = ("compressor", "feedback", "scheme", "name", "step", "sparse_algorithm", "k",
-            "stats", "hierarchy")
+KEYWORDS = ("compressor", "feedback", "scheme", "name", "step", "sparse_algorithm", "stats",
+            "hierarchy")
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,8 @@ class Compression:
     feedback: a ``compressors.ErrorFeedback`` built for that compressor (needs ``name``).
     scheme: "auto" or a scheme the compressor's payloads can go through (``SCHEMES``).
     name, step: the tensor's name (error-feedback key, shared seeds) and the training step.
-    sparse_algorithm, k: the sparse scheme's allreduce; k = result size of "gtopk".
+    sparse_algorithm: the sparse scheme's allreduce: "auto", a name, or "gtopk:k=N" (a global
+    top-k keeping N sums; bare "gtopk": as many as the most any rank sends).
     hierarchy: "auto", "flat" or "two_level" (how the call crosses hosts).
     stats: a dict the call fills with its scheme, codec seconds and bytes sent.
 
@@ -64,7 +66,6 @@ class Compression:
     name: str | None = None
     step: int = 0
     sparse_algorithm: str = "auto"
-    k: int | None = None
     hierarchy: str = "auto"
     stats: dict | None = field(default=None, compare=False)
 
@@ -79,7 +80,7 @@ class Compression:
             raise ValueError("pass name=: error feedback keeps one residual per tensor name")
         check_scheme(self.scheme, comp)
         check_feedback(fb, comp)
-        check_sparse(self.sparse_algorithm, self.k)
+        check_sparse(self.sparse_algorithm)
         known_hierarchy(self.hierarchy)
         if self.hierarchy == "two_level" and comp.capabilities.allreduce_steps:
             raise ValueError(f"hierarchy='two_level' cannot carry {comp.name}: it compresses "
@@ -110,6 +111,11 @@ class Compression:
         return cls(spec, **keywords)
 
     @property
+    def sparse(self) -> tuple[str, int | None]:
+        """The sparse algorithm's name and gtopk's k (None unless written in it)."""
+        return parse_sparse(self.sparse_algorithm)
+
+    @property
     def key(self) -> str:
         """The name the call's residual and scratch memory are kept under."""
         return self.name or "buffer"
@@ -131,8 +137,8 @@ class Compression:
             "compressor and its parameters": Worded(compressor_digest(comp), spec_text(comp)),
             "error feedback (kind and settings)": feedback_digest(self.feedback),
             "algorithm": _index(list(algorithm_names()), algorithm),
-            "sparse_algorithm": _index(list(SPARSE_ALGORITHMS), self.sparse_algorithm),
-            "k": -1 if self.k is None else self.k,
+            "sparse_algorithm": _index(list(SPARSE_ALGORITHMS), self.sparse[0]),
+            "k": -1 if self.sparse[1] is None else self.sparse[1],
             # two_level.CROSS runs where the dense algorithm is (or may be) two_level
             "hierarchy (and two_level.CROSS)": digest(
                 f"{self.hierarchy}/"
@@ -151,8 +157,9 @@ class Compression:
         payload (residual and scratch memory kept under ``key``); sums accumulate in float32,
         float64 for float64 buffers."""
         acc = np.dtype(np.float64 if dtype.name == "float64" else np.float32)
+        name, k = self.sparse
         return Ctx(comm, tag, self.compressor, self.feedback, self.key, self.step, x, dtype,
-                   acc, algorithm=algorithm, sparse_algorithm=self.sparse_algorithm, k=self.k)
+                   acc, algorithm=algorithm, sparse_algorithm=name, k=k)
 
 
 def _index(options: list[str], value: str) -> Worded:

@@ -166,7 +166,7 @@ def make(comm: Communicator, tag: int, call: Compression, buf: Any, result: Any,
     out = DeviceArray.of(plain_array(result))
     ctx = DeviceCtx(comm, tag, call.compressor, call.feedback, call.key, call.step,
                     DeviceArray(x.owner, x.ptr, x.size, x.dtype, stream), lookup("float32"),
-                    F32, algorithm=algorithm, sparse_algorithm=call.sparse_algorithm, k=call.k,
+                    F32, algorithm=algorithm, sparse_algorithm=call.sparse[0], k=call.sparse[1],
                     codec=codec, runtime=device.runtime(), stream=stream)
     ctx.out = DeviceArray(out.owner, out.ptr, out.size, out.dtype, stream)
     return ctx

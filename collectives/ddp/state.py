@@ -23,35 +23,42 @@ from .worker import Job, Worker
 class CompressionState:
     """State of :func:`compression_hook`; see ``collectives.ddp`` for the contract.
 
-    Hyperparameters: ``process_group`` (None: the default group), ``policy`` (a compressor
-    spec, a Compressor, rules, a table, "auto" or a Policy), ``error_feedback``,
-    ``start_step`` (steps sent uncompressed first), ``comm`` (an mpi4py communicator to use
-    instead of the process group), ``timeout`` (seconds per wait; None: the process group's
-    own timeout, see ``deadline``), ``scheme`` and
+    Hyperparameters: ``process_group`` (a torch process group, or an mpi4py communicator or
+    ``collectives.Communicator`` to use instead of one; None: torch's default group),
+    ``policy`` (a compressor spec, a Compressor, rules, a table, "auto", a Policy, or a
+    :class:`collectives.Session`, which also carries ``error_feedback`` and ``hierarchy``),
+    ``error_feedback``, ``start_step`` (steps sent uncompressed first), ``timeout`` (seconds
+    per wait; None: the process group's own timeout, see ``deadline``), ``scheme`` and
     ``algorithm`` for compressed groups, ``plain``: the allreduce of uncompressed groups
     (None: the engine's own, "torch" or "mpi", as DDP itself uses, in warm-up steps and under
     a fixed policy; under an adaptive one, "auto" once compression is on, see
-    ``group_algorithm``), ``hierarchy``: how compressed groups cross hosts ("auto": on several
-    hosts of the same size with more than one rank each, two-level where the cost model
-    prices it below the flat call, full precision inside the host and the compressor only on
-    what crosses hosts; "flat"; "two_level": always, 16-bit buckets included, which then
-    leave the fast path of the engine's flat allreduce). Internal state: the step
-    counter, error-feedback residuals, PowerSGD warm starts, the policy's decisions.
+    ``group_algorithm``). The session's ``hierarchy`` says how compressed groups cross hosts
+    (``CompressionState(policy=Session(spec, hierarchy="flat"))``; "auto": on several hosts
+    of the same size with more than one rank each, two-level where the cost model prices it
+    below the flat call, full precision inside the host and the compressor only on what
+    crosses hosts; "flat"; "two_level": always, 16-bit buckets included, which then leave
+    the fast path of the engine's flat allreduce). Internal state: the step counter,
+    error-feedback residuals, PowerSGD warm starts, the policy's decisions.
     Pickling leaves the process group, the communicator and the thread out.
     """
 
     def __init__(self, process_group: Any = None, policy: Any = "uniform:bits=8",
-                 error_feedback: bool = True, start_step: int = 0, *, comm: Any = None,
+                 error_feedback: bool = True, start_step: int = 0, *,
                  timeout: float | None = None, scheme: str = "auto",
-                 algorithm: str = "auto", plain: str | None = None,
-                 hierarchy: str = "auto") -> None:
+                 algorithm: str = "auto", plain: str | None = None) -> None:
         if isinstance(start_step, bool) or not (isinstance(start_step, int) and start_step >= 0):
             raise ValueError(f"start_step must be an integer >= 0, got {start_step!r}")
         check_timeout(timeout)  # a positive finite number of seconds, or None (the default)
         #: the policy, compressor instances, residual store and validate-once (the front
         #: door every adapter shares, ``collectives.session``)
-        self.session = Session(policy, error_feedback=error_feedback, hierarchy=hierarchy)
-        self.process_group, self.comm_arg = process_group, comm
+        if isinstance(policy, Session):
+            if error_feedback is not True:
+                raise TypeError("CompressionState: give error_feedback to the Session, not "
+                                "beside it")
+            self.session = policy
+        else:
+            self.session = Session(policy, error_feedback=error_feedback)
+        self.process_group = process_group
         self.start_step = start_step
         self.timeout, self.scheme, self.algorithm, self.plain = timeout, scheme, algorithm, plain
         self.step = 0  # iterations begun, counted at each call for bucket 0
@@ -115,17 +122,15 @@ class CompressionState:
     # -- what the hook uses -------------------------------------------------------------
     def communicator(self) -> Any:
         if self._comm is None:
+            import torch.distributed as dist
+
             from .. import as_communicator
 
-            if self.comm_arg is not None:
-                self._comm = as_communicator(self.comm_arg)
-            else:
-                import torch.distributed as dist
-
+            group = self.process_group or dist.group.WORLD
+            self._comm = as_communicator(group)
+            if isinstance(group, dist.ProcessGroup):  # not an mpi4py communicator
                 from ..torchwork import group_deadline
 
-                group = self.process_group or dist.group.WORLD
-                self._comm = as_communicator(group)
                 self._group_wait = group_deadline(group)
         return self._comm
 
@@ -329,7 +334,7 @@ class CompressionState:
                 fb.residuals[name if "@shard" in name else f"{name}@owner"] = res
 
     def __getstate__(self) -> dict[str, Any]:
-        skip = ("process_group", "comm_arg", "_comm", "_worker", "_agreed")
+        skip = ("process_group", "_comm", "_worker", "_agreed")
         return {k: (None if k in skip else v) for k, v in self.__dict__.items()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:

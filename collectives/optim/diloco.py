@@ -45,9 +45,9 @@ import torch
 import compressors
 
 from .. import api, costmodel
-from ..config import check_timeout
 from ..policy.base import canonical
 from ..session import Session
+from ..torchwork import comm_deadline
 from ..transport import as_communicator
 from ..validation import agree_settings, refusing
 
@@ -75,7 +75,11 @@ class DiLoCo:
     Call it where the inner optimizer would be called: ``loss.backward(); opt.step();
     opt.zero_grad()``. Construction is collective (every rank, the same arguments): the ranks
     compare their settings (``MismatchError`` on every rank where they differ) and load rank
-    0's weights. ``.optimizer`` is the inner optimizer, for LR schedulers.
+    0's weights. ``.optimizer`` is the inner optimizer, for LR schedulers. ``comm``: any
+    communicator ``collectives`` accepts (None follows the launcher); like torch's optimizers
+    it takes no timeout: its waits are the process group's own timeout on a torch.distributed
+    group, else ``collectives.defaults.timeout``; set :attr:`timeout` (seconds) to choose
+    another.
 
     Example::
 
@@ -91,9 +95,10 @@ class DiLoCo:
     def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module, *,
                  sync_every: int | str = "auto", outer_lr: float | str = "auto",
                  outer_momentum: float | str = "auto", compressor: Any = "auto", comm: Any = None,
-                 max_comm_share: float = 0.1, timeout: float | None = None) -> None:
+                 max_comm_share: float = 0.1) -> None:
         self.comm = as_communicator(comm)
-        self.timeout = check_timeout(timeout)
+        #: seconds each wait may block (None: ``collectives.defaults.timeout``)
+        self.timeout = comm_deadline(self.comm)
         with refusing(self.comm, "DiLoCo settings", True, self.timeout):
             self.params = _check(optimizer, model, sync_every, outer_lr, outer_momentum,
                                  max_comm_share)

@@ -39,9 +39,9 @@ from torch.optim.adam import adam
 import compressors
 
 from .. import api
-from ..config import check_timeout
 from ..policy.base import canonical
 from ..session import Session
+from ..torchwork import comm_deadline
 from ..transport import as_communicator
 from ..validation import agree_settings, refusing
 
@@ -59,6 +59,14 @@ class OneBitAdam(torch.optim.Optimizer):
     must call :meth:`step` at every step, with a gradient on the same parameters (a parameter
     without one counts as a zero gradient).
 
+    ``compressor``: the momenta's compressor after the freeze ("sign"), or a pair (warm-up,
+    after the freeze) where the warm-up's gradients go in "fp16" (the default) or "none"
+    (float32: exactly ``torch.optim.Adam`` on the averaged gradient until the freeze).
+    ``comm``: any communicator ``collectives`` accepts (None follows the launcher). Like
+    torch's optimizers it takes no timeout: its waits are the process group's own timeout on
+    a torch.distributed group, else ``collectives.defaults.timeout``; set :attr:`timeout`
+    (seconds) after construction to choose another.
+
     Example::
 
         >>> opt = collectives.optim.OneBitAdam(model.parameters(), lr=1e-3, freeze_step=100)
@@ -68,11 +76,12 @@ class OneBitAdam(torch.optim.Optimizer):
     def __init__(self, params: Iterable[Any], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, *, freeze_step: int | str = "auto",
-                 compressor: Any = "sign", warmup_compressor: str = "fp16", comm: Any = None,
-                 timeout: float | None = None) -> None:
+                 compressor: Any = "sign", comm: Any = None) -> None:
         self.comm = as_communicator(comm)
-        self.timeout = check_timeout(timeout)
+        #: seconds each wait may block (None: ``collectives.defaults.timeout``)
+        self.timeout = comm_deadline(self.comm)
         with refusing(self.comm, "OneBitAdam settings", True, self.timeout):
+            warmup_compressor, compressor = _phases(compressor)
             _check(lr, betas, eps, weight_decay, freeze_step, warmup_compressor)
             spec = canonical(compressor)
             if compressors.get(spec).capabilities.allreduce_steps:
@@ -387,4 +396,16 @@ def _check(lr: Any, betas: Any, eps: Any, weight_decay: Any, freeze_step: Any,
             freeze_step, numbers.Integral) or freeze_step < 1):
         raise ValueError(f"freeze_step must be 'auto' or an integer >= 1, got {freeze_step!r}")
     if warmup not in ("fp16", "none"):
-        raise ValueError(f"warmup_compressor must be 'fp16' or 'none', got {warmup!r}")
+        raise ValueError(f"the warm-up compressor (compressor=(warm-up, after the freeze)) must "
+                         f"be 'fp16' or 'none', got {warmup!r}")
+
+
+def _phases(compressor: Any) -> tuple[Any, Any]:
+    """(warm-up compressor, compressor after the freeze) from ``compressor=``: one spec (the
+    warm-up in fp16) or a pair."""
+    if isinstance(compressor, tuple | list):
+        if len(compressor) != 2:
+            raise ValueError(f"compressor takes one spec, or a pair (warm-up, after the freeze) "
+                             f"such as ('none', 'sign'), got {compressor!r}")
+        return compressor[0], compressor[1]
+    return "fp16", compressor

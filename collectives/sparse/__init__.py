@@ -48,8 +48,37 @@ register(SparseAlgorithm("ssar_split_allgather", split.split_allgather,
 register(SparseAlgorithm("dsar", split.dsar, split.dsar_price, split.dsar_parts))
 register(SparseAlgorithm("gtopk", gtopk.gtopk, gtopk.price, exact=False))
 
-__all__ = ["ALGORITHMS", "PARTS", "SparseAlgorithm", "isparse_allreduce", "modeled",
+__all__ = ["ALGORITHMS", "PARTS", "SparseAlgorithm", "isparse_allreduce", "modeled", "parse",
            "register", "sparse_allreduce"]
+
+
+def parse(algorithm: Any) -> tuple[str, int | None]:
+    """A sparse algorithm as written, as (name, k): "auto", a name in ``ALGORITHMS``, or
+    "gtopk:k=N" (global top-k: the result keeps the N sums of largest magnitude; a bare
+    "gtopk" is allowed in a compressed call, where N is the most entries any rank sends).
+    A name that is not registered, or an option other than gtopk's k, raises ValueError
+    naming what would work."""
+    if not isinstance(algorithm, str):
+        raise TypeError(f"a sparse algorithm is a string such as 'dsar' or 'gtopk:k=1000', "
+                        f"got {type(algorithm).__name__}")
+    name, colon, option = algorithm.partition(":")
+    if name != "auto" and name not in ALGORITHMS:
+        raise ValueError(f"unknown sparse algorithm {name!r}; available: auto, "
+                         f"{', '.join(ALGORITHMS)} (gtopk with its k: 'gtopk:k=1000')")
+    if not colon:
+        return name, None
+    key, _, value = option.partition("=")
+    if name != "gtopk" or key.strip() != "k":
+        raise ValueError(f"sparse algorithm {algorithm!r}: only gtopk takes an option, k "
+                         "(the entries its result keeps), as in 'gtopk:k=1000'")
+    try:
+        k = int(value)
+    except ValueError:
+        k = -1
+    if k < 0:
+        raise ValueError(f"sparse algorithm {algorithm!r}: k must be a non-negative int (the "
+                         "entries gtopk keeps), as in 'gtopk:k=1000'")
+    return name, k
 
 
 def modeled() -> tuple[str, ...]:
@@ -82,17 +111,14 @@ def _to_cupy(cupy: Any, dev: Any, a: np.ndarray) -> Any:
         return cupy.asarray(a)
 
 
-def _arguments(indices: Any, values: Any, size: Any, algorithm: str,
-               k: Any) -> tuple[np.ndarray, np.ndarray, np.dtype, Callable[[np.ndarray], Any]]:
+def _arguments(indices: Any, values: Any, size: Any, algorithm: str
+               ) -> tuple[np.ndarray, np.ndarray, np.dtype, Callable[[np.ndarray], Any]]:
     """A sparse call's arguments checked: coalesced indices and values, the accumulation
     dtype, and the function giving a result back in the caller's array type."""
-    if algorithm != "auto" and algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown sparse algorithm {algorithm!r}; available: auto, "
-                         f"{', '.join(ALGORITHMS)}")
-    if k is not None and (not isinstance(k, int | np.integer) or k < 0):
-        raise ValueError(f"k must be a non-negative int (entries gtopk keeps), got {k!r}")
-    if algorithm == "gtopk" and k is None:
-        raise ValueError("algorithm 'gtopk' keeps the k largest entries: pass k=")
+    name, k = parse(algorithm)
+    if name == "gtopk" and k is None:
+        raise ValueError("algorithm 'gtopk' keeps the k largest sums: name k in it, as in "
+                         "algorithm='gtopk:k=1000'")
     if not isinstance(size, int | np.integer) or size < 0:
         raise ValueError(f"size must be a non-negative int, got {size!r}")
     idx_in, _ = _host(indices)
@@ -105,7 +131,7 @@ def _arguments(indices: Any, values: Any, size: Any, algorithm: str,
 
 
 def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
-                      algorithm: str = "auto", k: int | None = None, dense: bool = True,
+                      algorithm: str = "auto", dense: bool = True,
                       timeout: float | None = None, validate: bool | None = None) -> Handle:
     """Start a sparse allreduce; ``wait()`` returns what ``sparse_allreduce`` returns.
 
@@ -118,7 +144,8 @@ def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
     c = open_comm(comm, timeout, validate)
     check = defaults.validate if validate is None else validate
     with refusing(c, "sparse_allreduce", check or algorithm == "auto", timeout):
-        idx, val, acc, back = _arguments(indices, values, size, algorithm, k)
+        idx, val, acc, back = _arguments(indices, values, size, algorithm)
+    algorithm, k = parse(algorithm)
     names = list(ALGORITHMS)
     algo_id = Worded(-1 if algorithm == "auto" else names.index(algorithm), algorithm)
     if check or algorithm == "auto":  # one allgather validates and gathers the sizes
@@ -128,8 +155,7 @@ def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
                       shared={"entries": idx.size})
         if algorithm == "auto":
             costmodel.params(c, timeout=timeout)  # a first use fits it, within the deadline
-            algorithm = "gtopk" if k is not None else choose(c, int(size), int(table[:, 4].max()),
-                                                             acc.itemsize)
+            algorithm = choose(c, int(size), int(table[:, 4].max()), acc.itemsize)
     job = SparseJob(c, c.next_tag(), idx, val, int(size), acc, k,
                     costmodel.sparse_dense_threshold(index_dtype(size).itemsize, acc.itemsize))
     result: dict[str, Any] = {}
@@ -150,20 +176,21 @@ def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
 
 
 def sparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
-                     algorithm: str = "auto", k: int | None = None, dense: bool = True,
+                     algorithm: str = "auto", dense: bool = True,
                      timeout: float | None = None, validate: bool | None = None) -> Any:
     """Sum sparse vectors over all ranks; every rank gets the same result.
 
     Args:
         indices, values: this rank's entries (duplicates are summed; may be empty).
         size: length of the dense vector (the same on every rank).
-        algorithm: "auto" (priced by the cost model), or a name in ``ALGORITHMS``.
-        k: for "gtopk", the number of entries the result keeps.
+        algorithm: "auto" (the exact algorithm the cost model prices lowest), a name in
+            ``ALGORITHMS``, or "gtopk:k=N": a global top-k whose result keeps the N sums of
+            largest magnitude (see :func:`parse`).
         dense: return a dense array of ``size`` (default), or (indices, values) sorted.
-        validate: check size, value dtype, k and algorithm agree on every rank in the small
-            allgather that also gathers the entry counts (``MismatchError`` on every rank).
-            ``validate=False`` skips that allgather unless ``algorithm="auto"`` needs it, and
-            checks nothing: ranks that disagree may hang until ``timeout``.
+        validate: check size, value dtype and algorithm (gtopk's k too) agree on every rank in
+            the small allgather that also gathers the entry counts (``MismatchError`` on every
+            rank). ``validate=False`` skips that allgather unless ``algorithm="auto"`` needs
+            it, and checks nothing: ranks that disagree may hang until ``timeout``.
 
     Values are summed in float32 (float64 for float64 input). Entries whose sum is exactly
     zero may be left out of a sparse result.
@@ -176,8 +203,8 @@ def sparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
         ...                                      size=100)
         >>> assert dense[7] == c.size and dense.sum() == 2 * c.size
     """
-    return isparse_allreduce(indices, values, size, comm=comm, algorithm=algorithm, k=k,
-                             dense=dense, timeout=timeout, validate=validate).wait()
+    return isparse_allreduce(indices, values, size, comm=comm, algorithm=algorithm, dense=dense,
+                             timeout=timeout, validate=validate).wait()
 
 
 def choose(comm: Any, size: int, nnz: int, value_bytes: int) -> str:

@@ -42,6 +42,6 @@ indices = np.array([rank, 10 + rank, 999], dtype=np.int64)
 values = np.ones(3, dtype=np.float32)
 dense = collectives.sparse_allreduce(indices, values, n)     # algorithm="auto"
 assert dense[999] == size and dense.sum() == 3 * size
-idx, val = collectives.sparse_allreduce(indices, values, n, algorithm="gtopk", k=2,
+idx, val = collectives.sparse_allreduce(indices, values, n, algorithm="gtopk:k=2",
                                         dense=False)         # the global top 2
 assert idx.size == 2 and 999 in idx

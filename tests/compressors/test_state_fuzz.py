@@ -155,7 +155,7 @@ def _net() -> torch.nn.Module:
 def _comp_state() -> cddp.CompressionState:
     from mpi4py import MPI
 
-    return cddp.CompressionState(policy="powersgd:rank=1", comm=MPI.COMM_SELF).bind(wrapped(_net()))
+    return cddp.CompressionState(MPI.COMM_SELF, policy="powersgd:rank=1").bind(wrapped(_net()))
 
 
 def _saved() -> dict:
@@ -217,7 +217,7 @@ def test_compression_state_names_what_is_wrong() -> None:
 def test_residuals_loaded_before_bind_are_checked_at_bind() -> None:
     from mpi4py import MPI
 
-    s = cddp.CompressionState(policy="uniform:bits=8", comm=MPI.COMM_SELF)
+    s = cddp.CompressionState(MPI.COMM_SELF, policy="uniform:bits=8")
     s.load_state_dict({**_saved(), "residuals": {"gone": np.zeros(3, np.float32)}})
     with pytest.warns(RuntimeWarning, match="gone"):
         s.bind(wrapped(_net()))

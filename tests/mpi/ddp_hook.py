@@ -68,7 +68,8 @@ def main() -> None:
     chk.run("none, no error feedback", compare, chk, "none", "order", "none no-EF",
             error_feedback=False)
     # MPI_Allreduce adds in its own order (gloo's differs at 3 ranks)
-    chk.run("none over MPI", compare, chk, "none", "order", "none MPI", comm=MPI.COMM_WORLD)
+    chk.run("none over MPI", compare, chk, "none", "order", "none MPI",
+            process_group=MPI.COMM_WORLD)
     # "none:" is sent by the algorithm the cost model picks, the split groups from copies
     mixed = Rules([("kind=1d", "none"), ("name~fc2", "none"), ("*", "none:")])
     chk.run("none, fused and split", compare, chk, mixed, "order", "none mixed")
@@ -140,7 +141,7 @@ def ordered(chk: Checker) -> None:
     runs = []
     for c, fit in zip((tagged, comm), FITS, strict=True):
         model = make(0.004)
-        state = cddp.CompressionState(policy="uniform:bits=8", comm=c, **PINNED).bind(model)
+        state = cddp.CompressionState(c, policy="uniform:bits=8", **PINNED).bind(model)
         state.communicator().cache.cost_params = fit
         model.register_comm_hook(state, cddp.compression_hook)
         got = []

@@ -23,6 +23,7 @@ from mpi4py import MPI
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 import collectives.ddp as cddp
+from collectives import Session
 from collectives.topology import topology
 
 from common import WORLD, Checker
@@ -56,8 +57,8 @@ def two_level(chk: Checker, spec: str, ulp: float, whole: bool, hierarchy: str) 
     min-max quantizer's step follows the range of its block, which layers fused in one
     collective share), every rank the same bits, off the fast path."""
     model = make(0.004)  # several buckets
-    state = cddp.CompressionState(policy=spec, error_feedback=False,
-                                  hierarchy=hierarchy).bind(model)
+    state = cddp.CompressionState(
+        policy=Session(spec, error_feedback=False, hierarchy=hierarchy)).bind(model)
     model.register_comm_hook(state, cddp.compression_hook)
     for step in range(3):
         backward(model, step)
@@ -91,7 +92,7 @@ def flat_is_pytorchs(chk: Checker) -> None:
     """hierarchy="flat": the fast path, PyTorch's fp16 hook bit for bit."""
     theirs, ours = make(0.004), make(0.004)
     theirs.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
-    state = cddp.CompressionState(policy="fp16", hierarchy="flat").bind(ours)
+    state = cddp.CompressionState(policy=Session("fp16", hierarchy="flat")).bind(ours)
     ours.register_comm_hook(state, cddp.compression_hook)
     for step in range(3):
         backward(theirs, step)
@@ -107,7 +108,7 @@ def flat_is_pytorchs(chk: Checker) -> None:
 
 def refused(chk: Checker) -> None:
     try:
-        cddp.CompressionState(policy="fp16", hierarchy="tree")
+        cddp.CompressionState(policy=Session("fp16", hierarchy="tree"))
     except ValueError as e:
         chk.check("auto, flat, two_level" in str(e), f"unclear refusal: {e}")
     else:

@@ -103,7 +103,7 @@ def cases() -> list[tuple[str, str | tuple[str, ...], Callable[[], Any]]]:
          compressed(topk, scheme="sparse",
                     sparse_algorithm="dsar" if odd else "ssar_split_allgather")),
         ("k, compressed gtopk", "k",
-         compressed(topk, scheme="sparse", sparse_algorithm="gtopk", k=3 if odd else 2)),
+         compressed(topk, scheme="sparse", sparse_algorithm="gtopk:k=3" if odd else "gtopk:k=2")),
         ("randomk name", ("name", "'v'", "'w'"),
          compressed("randomk:ratio=0.25", scheme="dense", name="v" if odd else "w")),
         ("randomk step", "step",
@@ -126,7 +126,7 @@ def cases() -> list[tuple[str, str | tuple[str, ...], Callable[[], Any]]]:
         ("sparse size", "size", sparse(size=65 if odd else 64)),
         ("sparse algorithm", ("algorithm", "'dsar'"), sparse(algorithm="dsar" if odd else
                                                  "ssar_split_allgather")),
-        ("sparse gtopk k", "k", sparse(algorithm="gtopk", k=3 if odd else 2)),
+        ("sparse gtopk k", "k", sparse(algorithm="gtopk:k=3" if odd else "gtopk:k=2")),
         ("sparse vs allreduce", "different calls", sparse() if odd else allreduce()),
         # the building blocks
         ("reduce_scatter counts", "counts",

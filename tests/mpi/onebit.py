@@ -1,7 +1,7 @@
 """collectives.optim.OneBitAdam under mpiexec: every rank checks, rank 0 reports.
 
 - freeze_step past the end: torch.optim.Adam on the averaged gradient (exact with
-  warmup_compressor="none", within fp16's rounding with the default);
+  compressor=("none", "sign"), within fp16's rounding with the default);
 - after the freeze with uncompressed momenta: Adam with v frozen at the freeze, on the averaged
   gradient (matrices' m / denominator clipped to Adam's bound, zero where v is zero);
 - after the freeze: bit-identical weights on every rank, v unchanged, the loss still falling,
@@ -74,7 +74,7 @@ def adam_before_the_freeze(chk: Checker) -> None:
     for warm, tol in (("none", 1e-6), ("fp16", 1e-3)):
         m = net()
         opt = OneBitAdam(m.parameters(), lr=1e-2, weight_decay=0.01, freeze_step=10_000,
-                         warmup_compressor=warm)
+                         compressor=(warm, "sign"))
         ref = copy.deepcopy(m)
         ref_opt = torch.optim.Adam(ref.parameters(), lr=1e-2, weight_decay=0.01)
         train(m, opt, range(10))
@@ -95,7 +95,7 @@ def frozen_is_adam_with_v_frozen(chk: Checker) -> None:
     lr, wd, freeze, b1, b2, eps = 1e-2, 0.01, 8, 0.9, 0.999, 1e-8
     m = net(5)
     opt = OneBitAdam(m.parameters(), lr=lr, weight_decay=wd, freeze_step=freeze,
-                     compressor="none", warmup_compressor="none")
+                     compressor=("none", "none"))
     ref = copy.deepcopy(m)
     ref_opt = torch.optim.Adam(ref.parameters(), lr=lr, weight_decay=wd)
     train(m, opt, range(20))
@@ -178,7 +178,8 @@ def mismatch(chk: Checker) -> None:
     for kwargs, words in (({"lr": 0.0}, "lr must be"), ({"betas": (0.9, 1.0)}, "betas must"),
                           ({"freeze_step": 0}, "freeze_step must"),
                           ({"compressor": "bogus"}, "bogus"),
-                          ({"warmup_compressor": "int8"}, "warmup_compressor must")):
+                          ({"compressor": ("int8", "sign")}, "warm-up compressor"),
+                          ({"compressor": ("fp16", "sign", "x")}, "a pair")):
         chk.raises(lambda kw=kwargs: OneBitAdam(m.parameters(), **kw), words,
                    f"{kwargs} is refused")
 

@@ -86,7 +86,7 @@ def main() -> None:
                 chk.check(out.tobytes() == got.tobytes(), f"{what}: parts to dense")
         for k in (0, 1, 7, 50):
             what = f"gtopk k={k} {case}"
-            si, sv = chk.run(what, sparse_allreduce, idx, val, SIZE, algorithm="gtopk", k=k,
+            si, sv = chk.run(what, sparse_allreduce, idx, val, SIZE, algorithm=f"gtopk:k={k}",
                              dense=False) or (None, None)
             if si is None:
                 continue
@@ -116,7 +116,11 @@ def main() -> None:
     for bad, needle in ((lambda: sparse_allreduce([5], [1.0], 4), "[0, 4)"),
                         (lambda: sparse_allreduce([1, 2], [1.0], 4), "2 indices but 1"),
                         (lambda: sparse_allreduce([1], [1], 4), "floating point"),
-                        (lambda: sparse_allreduce([1], [1.0], 4, algorithm="gtopk"), "pass k"),
+                        (lambda: sparse_allreduce([1], [1.0], 4, algorithm="gtopk"), "gtopk:k="),
+                        (lambda: sparse_allreduce([1], [1.0], 4, algorithm="gtopk:k=-2"),
+                         "non-negative"),
+                        (lambda: sparse_allreduce([1], [1.0], 4, algorithm="dsar:k=2"),
+                         "only gtopk takes"),
                         (lambda: sparse_allreduce([1], [1.0], 4, algorithm="x"), "available")):
         try:
             bad()

@@ -85,6 +85,7 @@ for _name, _rank in POWERSGD_RANK.items():
 def _ours(policy: Callable[[Any], Any], hierarchy: str = "auto") -> Callable[[Any, Any], Any]:
     def register(model: Any, args: Any) -> Any:
         import collectives.ddp as cddp
+        from collectives import Session
 
         comm = None
         if args.comm == "mpi":
@@ -93,11 +94,10 @@ def _ours(policy: Callable[[Any], Any], hierarchy: str = "auto") -> Callable[[An
             comm = MPI.COMM_WORLD
         # Half the step watchdog: a stalled collective raises, naming itself, before the
         # watchdog would dump the stacks.
-        state = cddp.CompressionState(policy=policy(args), start_step=args.start_step,
-                                      comm=comm, scheme=args.scheme,
+        state = cddp.CompressionState(comm, Session(policy(args), hierarchy=hierarchy),
+                                      start_step=args.start_step, scheme=args.scheme,
                                       plain=getattr(args, "plain", None),
-                                      timeout=args.timeout / 2,
-                                      hierarchy=hierarchy).bind(model)
+                                      timeout=args.timeout / 2).bind(model)
         model.register_comm_hook(state, cddp.compression_hook)
         return state
     return register
