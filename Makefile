@@ -39,11 +39,8 @@ docs: $(TEST_STAMP)
 	$(VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
 
 # -p tests.progress: between pytest's dots, a line a minute (time, tests done, the test starting).
-# -n 2 --dist loadgroup: the multi-rank tests run one after another on one worker (in the
-# order written: tests/conftest.py groups them), the in-process ones beside them on the other.
 test: $(TEST_STAMP) lint
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -p tests.progress -n 2 --dist loadgroup \
-		--durations=20 tests
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -p tests.progress --durations=20 tests
 
 clean:
 	rm -rf build $(VENV) _compcoll*.so docs/_build

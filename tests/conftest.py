@@ -16,16 +16,6 @@ def pytest_configure(config) -> None:
     config.add_cleanup(lambda: shutil.rmtree(path, ignore_errors=True))
 
 
-def pytest_collection_modifyitems(config, items) -> None:
-    """Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup``) every multi-rank test
-    (marked ``mpi``) goes to one worker, in the order collected: they share launches of one
-    mpiexec per process count (``tests.mpirun.LAUNCHES``), and two jobs of several ranks at
-    once would oversubscribe the cores twice over. In-process tests run beside them."""
-    for item in items:
-        if item.get_closest_marker("mpi") is not None:
-            item.add_marker(pytest.mark.xdist_group("ranks"))
-
-
 class _StoppedClock:
     """A clock that never moves: every step the policy's trial times lasts 0 s."""
 
