@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -29,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from .config import defaults
+from .transport import engine_of
 
 __all__ = ["FutureWork", "WaitedWork", "collect", "deadline", "done", "failed",
            "from_future", "group_deadline", "comm_deadline", "then"]
@@ -233,6 +233,5 @@ def comm_deadline(comm: Any) -> float | None:
     """:func:`group_deadline` of the torch.distributed group a ``collectives.Communicator``
     wraps (what an object that takes no timeout of its own, as torch's optimizers take none,
     waits), or None (the defaults) on an MPI communicator."""
-    group = comm.cache.engine_object
-    group = group() if isinstance(group, weakref.ref) else group
+    group = engine_of(comm)
     return group_deadline(group) if isinstance(group, dist.ProcessGroup) else None

@@ -9,7 +9,6 @@ from compressors import Compressor, ErrorFeedback
 from ..agreement import Worded
 from ..algorithms import get as get_algorithm
 from ..algorithms import two_level
-from ..sparse import parse as parse_sparse
 from ..validation import digest
 
 
@@ -43,12 +42,6 @@ def check_algorithm(algorithm: str) -> None:
         get_algorithm(algorithm)
     if algorithm == "two_level":
         two_level.cross_algorithm()
-
-
-def check_sparse(sparse_algorithm: str) -> None:
-    """An unknown sparse algorithm, or an option it does not take (only gtopk's k), raises
-    here (``collectives.sparse.parse``)."""
-    parse_sparse(sparse_algorithm)
 
 
 #: How a compressed allreduce may cross hosts (see ``collectives.allreduce``).

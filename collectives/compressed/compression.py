@@ -11,6 +11,7 @@ across ranks (:meth:`fields`), the levels, the scheme and its per-call state all
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ from ..sparse import parse as parse_sparse
 from ..transport.base import Communicator
 from ..validation import digest
 from . import SCHEMES, check_scheme, compressor_digest, resolve_compressor
-from .checks import check_feedback, check_sparse, feedback_digest, known_hierarchy, spec_text
+from .checks import check_feedback, feedback_digest, known_hierarchy, spec_text
 from .common import Ctx
 
 #: The keywords of ``allreduce`` that describe the compression (sugar for the value).
@@ -80,7 +81,7 @@ class Compression:
             raise ValueError("pass name=: error feedback keeps one residual per tensor name")
         check_scheme(self.scheme, comp)
         check_feedback(fb, comp)
-        check_sparse(self.sparse_algorithm)
+        _ = self.sparse  # an unknown sparse algorithm or option raises here (sparse.parse)
         known_hierarchy(self.hierarchy)
         if self.hierarchy == "two_level" and comp.capabilities.allreduce_steps:
             raise ValueError(f"hierarchy='two_level' cannot carry {comp.name}: it compresses "
@@ -110,9 +111,10 @@ class Compression:
             return None
         return cls(spec, **keywords)
 
-    @property
+    @functools.cached_property
     def sparse(self) -> tuple[str, int | None]:
-        """The sparse algorithm's name and gtopk's k (None unless written in it)."""
+        """The sparse algorithm's name and gtopk's k (None unless written in it), parsed once
+        per value (``collectives.sparse.parse``)."""
         return parse_sparse(self.sparse_algorithm)
 
     @property

@@ -111,11 +111,11 @@ def _to_cupy(cupy: Any, dev: Any, a: np.ndarray) -> Any:
         return cupy.asarray(a)
 
 
-def _arguments(indices: Any, values: Any, size: Any, algorithm: str
+def _arguments(indices: Any, values: Any, size: Any, name: str, k: int | None
                ) -> tuple[np.ndarray, np.ndarray, np.dtype, Callable[[np.ndarray], Any]]:
-    """A sparse call's arguments checked: coalesced indices and values, the accumulation
-    dtype, and the function giving a result back in the caller's array type."""
-    name, k = parse(algorithm)
+    """A sparse call's arguments checked (the algorithm as :func:`parse` gave it): coalesced
+    indices and values, the accumulation dtype, and the function giving a result back in the
+    caller's array type."""
     if name == "gtopk" and k is None:
         raise ValueError("algorithm 'gtopk' keeps the k largest sums: name k in it, as in "
                          "algorithm='gtopk:k=1000'")
@@ -144,8 +144,8 @@ def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
     c = open_comm(comm, timeout, validate)
     check = defaults.validate if validate is None else validate
     with refusing(c, "sparse_allreduce", check or algorithm == "auto", timeout):
-        idx, val, acc, back = _arguments(indices, values, size, algorithm)
-    algorithm, k = parse(algorithm)
+        algorithm, k = parse(algorithm)
+        idx, val, acc, back = _arguments(indices, values, size, algorithm, k)
     names = list(ALGORITHMS)
     algo_id = Worded(-1 if algorithm == "auto" else names.index(algorithm), algorithm)
     if check or algorithm == "auto":  # one allgather validates and gathers the sizes

@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import CommunicationError
 from .base import CommCache, Communicator, Request, wait_all
 
-__all__ = ["CommCache", "Communicator", "Request", "as_communicator", "default_engine",
+__all__ = ["CommCache", "Communicator", "Request", "as_communicator", "default_engine", "engine_of",
            "wait_all"]
 
 _CACHE: dict[int, Communicator] = {}
@@ -58,6 +58,12 @@ def as_communicator(comm: Any = None) -> Communicator:
     wrapped.cache.engine_object = comm if wrapped.engine == "mpi" else weakref.ref(comm)
     _CACHE[key] = wrapped
     return wrapped
+
+
+def engine_of(comm: Communicator) -> Any:
+    """The engine object ``comm`` wraps (an mpi4py communicator, a torch.distributed group),
+    or None where it is gone or was never recorded."""
+    return _held(comm.cache.engine_object)
 
 
 def _held(obj: Any) -> Any:
