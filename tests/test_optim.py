@@ -25,23 +25,45 @@ def test_onebit_adam_is_adam_before_the_freeze_masks_unused_rows_and_resumes_exa
 
 
 def test_diloco_auto_sync_every_prices_the_sync_against_whole_steps() -> None:
-    """Each probe step (one step() call to the next) holds its sync; H keeps a sync within
-    the share of H steps. A step shorter than its own sync used to read as a step of zero
+    """Each probe step (one step() call to the next) holds its sync. In the foreground H
+    keeps a sync within 10% of H steps; in the background H is the shortest interval whose
+    compute hides the sync. A step shorter than its own sync used to read as a step of zero
     work and sync every 1000 steps."""
-    from collectives.optim import diloco
+    from collectives.optim.intervals import MAX_SYNC_EVERY, sync_every_for
 
-    assert diloco.sync_every_for([0.18] * 4, [0.10] * 4, 0.1) == 12  # 80 ms work, 100 ms sync
+    assert sync_every_for(0.18, 0.10, background=False) == 12  # 80 ms work, 100 ms sync
+    assert sync_every_for(0.18, 0.10, background=True) == 2  # 100 ms within 0.8 x 2 x 80 ms
     # 55 ms of work and a 100 ms sync (mlp-wide on 1 Gbit/s): 17, not the 1000 cap
-    assert diloco.sync_every_for([0.155, 0.16, 0.15], [0.1, 0.1, 0.1], 0.1) == 17
-    assert diloco.sync_every_for([0.2] * 3, [0.001] * 3, 0.1) == 1  # a cheap sync: every step
-    assert diloco.sync_every_for([1.0] * 3, [0.99] * 3, 0.01) == diloco.MAX_SYNC_EVERY
+    assert sync_every_for(0.155, 0.1, background=False) == 17
+    assert sync_every_for(0.155, 0.1, background=True) == 3
+    assert sync_every_for(0.2, 0.001, background=False) == 1  # a cheap sync: every step
+    assert sync_every_for(1.0, 0.999999, background=False) == MAX_SYNC_EVERY
 
 
-def test_diloco_auto_outer_step_averages_close_syncs_and_is_nesterov_for_far_ones() -> None:
+def test_diloco_auto_agrees_on_the_slowest_step_and_the_fastest_sync() -> None:
+    """A rank that waits for a slower one counts the wait in its sync; the last to arrive
+    does not. The probe's medians leave the first (set-up) step out."""
+    from collectives.optim.intervals import probe_times
+
+    assert probe_times([5.0, 0.2, 0.2, 0.3], [0.05, 0.06, 0.04]) == (0.2, 0.05)
+    assert probe_times([], []) == (1e-3, 0.0)
+
+
+def test_diloco_auto_outer_step_averages_close_syncs_and_grows_its_gain_with_the_interval(
+        ) -> None:
     """Nesterov (0.7, 0.9) multiplies the progress of aligned close syncs by 7: on gpt, syncs 4
-    steps apart ended at a loss of 3.99 with it against 2.90 averaging (DDP 2.89)."""
-    from collectives.optim import diloco
+    steps apart ended at a loss of 3.99 with it against 2.90 averaging (DDP 2.89). The rule
+    averages up to GAIN_FROM steps, then keeps the immediate move lr (1 + m) at 1 and the
+    steady gain lr / (1 - m) at H / GAIN_FROM, up to momentum 0.9."""
+    import math
 
-    assert diloco.outer_for(1) == diloco.outer_for(4) == (1.0, 0.0)
-    assert diloco.outer_for(diloco.NESTEROV_FROM - 1) == (1.0, 0.0)
-    assert diloco.outer_for(diloco.NESTEROV_FROM) == diloco.outer_for(1000) == (0.7, 0.9)
+    from collectives.optim.intervals import GAIN_FROM, MAX_MOMENTUM, outer_for
+
+    assert outer_for(1) == outer_for(4) == outer_for(GAIN_FROM) == (1.0, 0.0)
+    for h in (GAIN_FROM + 1, 2 * GAIN_FROM, 4 * GAIN_FROM, 10 * GAIN_FROM, 10_000):
+        lr, m = outer_for(h)
+        assert 0 < m <= MAX_MOMENTUM + 1e-12 and math.isclose(lr * (1 + m), 1.0)
+        gain = lr / (1 - m)
+        assert math.isclose(gain, min(h / GAIN_FROM, 1 / (1 - MAX_MOMENTUM ** 2)))
+    gains = [(lambda lr, m: lr / (1 - m))(*outer_for(h)) for h in range(1, 300)]
+    assert gains == sorted(gains)  # never less momentum for a longer interval

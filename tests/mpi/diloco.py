@@ -1,13 +1,18 @@
 """collectives.optim.DiLoCo under mpiexec: every rank checks, rank 0 reports.
 
-- sync_every=1, no compressor, outer SGD lr 1 without momentum: synchronous SGD on the
-  averaged gradient, within rounding;
+- sync_every=1, no compressor, in the foreground, outer SGD lr 1 without momentum:
+  synchronous SGD on the averaged gradient, within rounding;
+- background syncs land one interval late on every rank at the same step: the outer step is
+  the average of what the ranks sent, the local weights keep their progress since the send,
+  and the global weights are bit-identical on every rank after every landing;
 - compressed syncs leave bit-identical global weights on every rank;
-- a checkpoint at step k, resumed in a fresh optimizer, gives the uninterrupted run's weights
-  bit for bit;
-- settings that differ between ranks raise MismatchError on every rank; bad arguments a
-  ValueError naming them (and MismatchError on the ranks that passed good ones);
-- "auto" settles on the same sync_every on every rank;
+- a checkpoint at step k (a sync in flight), resumed in a fresh optimizer, gives the
+  uninterrupted run's weights bit for bit;
+- settings or shapes that differ between ranks raise MismatchError on every rank; bad
+  arguments a ValueError naming them; a DDP-wrapped model, another rank's state and a step
+  inside global_weights() are refused;
+- BatchNorm's running statistics start from rank 0's and are averaged at every sync;
+- "auto" settles on the same sync_every on every rank, from the slowest step and fastest sync;
 - global_weights() puts the global weights in the model between syncs, and the local ones back.
 """
 
@@ -20,7 +25,7 @@ import torch
 
 import collectives
 from collectives.optim import DiLoCo
-from collectives.optim.diloco import NESTEROV_FROM, outer_for
+from collectives.optim.intervals import outer_for
 
 from common import WORLD, Checker
 
@@ -53,7 +58,7 @@ def flat(m: torch.nn.Module) -> np.ndarray:
 def synchronous_equivalence(chk: Checker) -> None:
     m = model()
     opt = DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), m, sync_every=1, compressor="none",
-                 outer_lr=1.0, outer_momentum=0.0)
+                 outer_lr=1.0, outer_momentum=0.0, overlap=False)
     ref = copy.deepcopy(m)  # rank 0's weights, loaded by DiLoCo
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
     train(m, opt, range(8))
@@ -75,8 +80,11 @@ def compressed_syncs(chk: Checker) -> None:
                  compressor="uniform:bits=8")
     chk.identical(flat(m), "rank 0's weights loaded at construction")
     train(m, opt, range(9))
-    chk.check(opt.syncs == 3, f"three syncs in nine steps ({opt.syncs})")
-    chk.identical(flat(m), "8-bit syncs: weights after the last sync")
+    chk.check(opt.syncs == 2, f"two syncs landed in nine steps, one in flight ({opt.syncs})")
+    chk.identical(opt._master.detach().numpy(), "8-bit syncs: global weights")
+    opt.flush()
+    chk.check(opt.syncs == 3, f"flush() lands the third ({opt.syncs})")
+    chk.identical(flat(m), "8-bit syncs: weights after flush()")
     chk.check(opt.feedback is not None and "diloco" in opt.feedback.residuals,
               "error feedback holds the pseudo-gradient's residual")
     train(m, opt, range(9, 10))
@@ -148,10 +156,11 @@ def auto(chk: Checker) -> None:
     chk.check(opt.sync_every is not None and opt.sync_every >= 1, f"auto: {opt.sync_every}")
     chk.check(opt.outer_settings == outer_for(opt.sync_every),
               f"auto outer step for H={opt.sync_every}: {opt.outer_settings}")
+    chk.check(opt._probe == {"step": [], "sync": []}, "the probe's times are dropped after it")
     for kwargs, want in (({"sync_every": 4}, (1.0, 0.0)),
-                         ({"sync_every": NESTEROV_FROM}, (0.7, 0.9)),
+                         ({"sync_every": 64}, outer_for(64)),
                          ({"sync_every": 4, "outer_lr": 0.5}, (0.5, 0.0)),
-                         ({"sync_every": 200, "outer_momentum": 0.0}, (0.7, 0.0)),
+                         ({"sync_every": 200, "outer_momentum": 0.0}, (outer_for(200)[0], 0.0)),
                          ({"sync_every": 2, "outer_lr": 0.7, "outer_momentum": 0.9},
                           (0.7, 0.9))):
         got = DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), m, compressor="none",
@@ -160,13 +169,114 @@ def auto(chk: Checker) -> None:
                   == (want[1] > 0), f"{kwargs}: outer step {got.outer_settings}, want {want}")
     chk.identical(np.array([opt.sync_every or 0, opt.syncs]), "auto: the same H and syncs")
     chk.check(opt.compressor in ("none", "uniform:bits=8,bucket_size=512,seed=0,"
-                                 "stochastic=True") or opt.compressor.startswith("uniform"),
-              f"auto compressor {opt.compressor}")
+                                 "stochastic=True"), f"auto compressor {opt.compressor}")
+
+
+def slow_rank(chk: Checker) -> None:
+    """A rank 30 ms slower a step: the others' syncs hold the wait for it, and "auto" must
+    not read that wait as the link's time (it used to pick intervals of 62-348)."""
+    import time
+
+    m = model()
+    opt = DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), m, compressor="none")
+    for step in range(8):
+        x, y = batch(step)
+        torch.nn.functional.mse_loss(m(x), y).backward()
+        if RANK == 0:
+            time.sleep(0.03)
+        opt.step()
+        opt.zero_grad()
+    chk.check(opt.sync_every is not None and opt.sync_every <= 4,
+              f"a slow rank: auto picks {opt.sync_every} for a tiny model on shared memory")
+
+
+def background(chk: Checker) -> None:
+    """With averaging, no compressor and syncs in the background: at each landing the global
+    weights move by the ranks' average pseudo-gradient (within rounding), the local weights
+    become them plus the progress since the send, all ranks land at the same step and hold
+    the same global weights."""
+    m = model(3)
+    opt = DiLoCo(torch.optim.SGD(m.parameters(), lr=0.05), m, sync_every=2, compressor="none",
+                 outer_lr=1.0, outer_momentum=0.0)
+    sent = None
+    for step in range(9):
+        x, y = batch(step)
+        torch.nn.functional.mse_loss(m(x), y).backward()
+        was, g_before = opt._pending, opt._master.detach().numpy().copy()
+        opt.step()
+        opt.zero_grad()
+        if was is not None and opt._pending is not was:  # the sync sent earlier landed
+            avg = WORLD.allreduce(sent) / P
+            err = np.abs(opt._master.detach().numpy() - g_before + avg).max()
+            chk.check(err < 1e-6, f"step {step}: the outer step is the average ({err:.1e})")
+            chk.identical(opt._master.detach().numpy(), f"step {step}: global weights")
+        if opt._pending is not None and opt._pending is not was:  # sent at this step
+            sent = opt._master.detach().numpy() - opt._pending.snapshot.numpy()
+            chk.check(opt._pending.due == opt.steps + 2, "it lands one interval later")
+    chk.check(opt.syncs == 3 and opt.steps == 9, f"landed at 4, 6, 8 ({opt.syncs})")
+
+
+def buffers(chk: Checker) -> None:
+    torch.manual_seed(RANK)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.BatchNorm1d(4))
+    with torch.no_grad():
+        m[1].running_mean.fill_(float(RANK))
+    opt = DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), m, sync_every=2, compressor="none",
+                 overlap=False)
+    chk.check(float(m[1].running_mean.sum()) == 0.0, "rank 0's running statistics loaded")
+    for step in range(4):
+        x, _ = batch(step)
+        m(x * (1 + RANK)).sum().backward()  # different statistics on every rank
+        opt.step()
+        opt.zero_grad()
+    chk.identical(m[1].running_var.numpy(), "running statistics averaged at the sync")
+    with opt.global_weights() as g:
+        chk.identical(g[1].running_mean.numpy(), "global_weights(): the same buffers")
+
+
+def refusals(chk: Checker) -> None:
+    # the same number of elements in other shapes: refused, not poured into them
+    shape = (4, 6) if RANK == P - 1 and P > 1 else (6, 4)
+    m = torch.nn.Linear(*shape)
+    try:
+        DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), m, compressor="none")
+        chk.check(P == 1, "different parameter shapes raise")
+    except collectives.MismatchError as exc:
+        chk.check("parameters" in str(exc), f"MismatchError names the parameters: {exc}")
+    m = model()
+
+    class Wrapped(torch.nn.parallel.DistributedDataParallel):  # what accelerate returns
+        def __init__(self, inner: torch.nn.Module) -> None:
+            torch.nn.Module.__init__(self)
+            self.module = inner
+
+    wrapped = Wrapped(m)
+    chk.raises(lambda: DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), wrapped),
+               "DiLoCo takes the plain model", "a DDP-wrapped model is refused", TypeError)
+    opt = DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), m, sync_every=2, compressor="none")
+    train(m, opt, range(3))
+    with opt.global_weights():
+        chk.raises(opt.step, "inside global_weights()", "step() inside global_weights()",
+                   RuntimeError)
+    state = opt.state_dict()
+    other = dict(state, rank=(RANK + 1) % max(P, 2))
+    chk.raises(lambda: opt.load_state_dict(other), "saved by rank",
+               "another rank's state is refused")
+    # the constructor's interval is kept over a saved one; a probing state into a fixed one
+    kept = DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), m, sync_every=5, compressor="none")
+    probing = DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), m, compressor="none")
+    train(m, probing, range(2))
+    kept.load_state_dict(probing.state_dict())
+    chk.check(kept.sync_every == 5, f"sync_every=5 kept over a probing state ({kept.sync_every})")
+    train(m, kept, range(2, 6))
+    chk.check(kept.syncs == 2 and kept._pending is not None and kept._pending.due == 10,
+              f"a sync sent at step 5 after loading, not every step ({kept.syncs})")
 
 
 def main() -> None:
     chk = Checker("diloco")
-    for fn in (synchronous_equivalence, compressed_syncs, resume, mismatch, auto):
+    for fn in (synchronous_equivalence, compressed_syncs, resume, mismatch, auto, slow_rank,
+               background, buffers, refusals):
         chk.run(fn.__name__, fn, chk)
     chk.finish()
 
