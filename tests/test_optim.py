@@ -67,3 +67,15 @@ def test_diloco_auto_outer_step_averages_close_syncs_and_grows_its_gain_with_the
         assert math.isclose(gain, min(h / GAIN_FROM, 1 / (1 - MAX_MOMENTUM ** 2)))
     gains = [(lambda lr, m: lr / (1 - m))(*outer_for(h)) for h in range(1, 300)]
     assert gains == sorted(gains)  # never less momentum for a longer interval
+
+
+@pytest.mark.mpi
+def test_diloco_a_peer_dying_mid_background_sync_fails_every_survivors_step() -> None:
+    import re
+
+    from tests.mpirun import torchrun
+    from tests.test_backend_torchrun import survivors_passed
+
+    res = torchrun("diloco_dead_peer.py", 3, timeout=180)
+    survivors_passed(res, "torchrun diloco dead peer", 2)
+    assert len(re.findall(r"rank [01] raised ", res.stdout)) == 2, res.stdout[-6000:]

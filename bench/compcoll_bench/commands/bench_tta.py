@@ -68,8 +68,23 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    "--repeat-steps steps each and report whether it decided alike (0)")
     p.add_argument("--repeat-steps", type=checks.positive_int, default=20, metavar="S",
                    help="steps of each --repeat-auto run: past its first decision (20)")
+    p.add_argument("--budget", type=_budget, default=1.0, metavar="X",
+                   help="steps of the runs that change the optimizer (local steps, 1-bit "
+                   "Adam, post-local SGD) against --steps, e.g. 2x: they trade convergence per "
+                   "step for time per step; the target stays DDP's quality at --steps (1x)")
     p.add_argument("--stop-at-target", action="store_true",
                    help="end a run (but DDP's) once it reaches the target")
+
+
+def _budget(text: str) -> float:
+    """``--budget``: a multiple of --steps, "2x" or "2", at least 1."""
+    try:
+        value = float(text.strip().removesuffix("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a multiple of --steps such as 2x") from None
+    if not value >= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least 1x (DDP's own steps)")
+    return value
 
 
 def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
@@ -112,7 +127,8 @@ def _train(name: str, t: Any, args: argparse.Namespace, mpi: Any,
     losses: list[float] = []
     parts: list[tuple[float, ...]] = []  # per step: forward, backward, optimizer, hook
     evals = [] if compute else [(0, _quality(t, model, mpi, opt))]
-    for step in range(args.steps):  # the clock runs in the steps only, not in evaluations
+    budget = round(args.steps * args.budget) if name in OPTIMIZERS else args.steps
+    for step in range(budget):  # the clock runs in the steps only, not in evaluations
         st = common.split_step(model, t, opt, step, args, mpi, compute_only=compute)
         times.append(st.seconds)
         losses.append(st.loss)
@@ -122,7 +138,7 @@ def _train(name: str, t: Any, args: argparse.Namespace, mpi: Any,
             else steps.hook_seconds(state, step)
         parts.append((st.forward, st.backward, st.optimizer, hook))
         done = step + 1
-        if not compute and (done % args.eval_every == 0 or done == args.steps):
+        if not compute and (done % args.eval_every == 0 or done == budget):
             evals.append((done, _quality(t, model, mpi, opt)))
             if (goal is not None and args.stop_at_target
                     and goal.reached_last([q for _, q in evals])):
@@ -153,14 +169,15 @@ def _train(name: str, t: Any, args: argparse.Namespace, mpi: Any,
         "first10_s": float(per_step[:10].sum()), "train_s": float(clock[-1]),
         "final_loss": float(mean_loss[-10:].mean()), "losses": mean_loss.tolist(),
         # (local steps: the ranks' weights differ between syncs by design)
-        "ranks_agree": None if compute or name in ("diloco", "postlocal") else agree,
+        "ranks_agree": None if compute or name in OPTIMIZERS and name != "onebit" else agree,
         "step_times_ms": (per_step * 1e3).tolist()}
     row["mb_per_step"] = row["bytes_per_step"] / 1e6
     if name == "onebit":
         row["frozen_at"] = opt.frozen_at
-    elif name == "diloco":
+    elif name.startswith("diloco"):
         row["sync_every"], row["compressor"] = opt.sync_every, opt.compressor
         row["outer"] = list(opt.outer_settings)  # the outer step's (lr, momentum)
+        row["stall_s"] = opt.stall_s  # waits for background exchanges
     row["worst5_x"] = steps.worst_stretch(row["step_times_ms"], row["median_ms"])
     if state is not None:
         if getattr(state.policy, "adaptive", False):
@@ -186,7 +203,9 @@ def run(args: argparse.Namespace) -> int:
     mpi = common.start(args)
     where = emulated.label(args, mpi.size)
     title = (f"# compcoll bench tta: {mpi.size} ranks{', ' + where if where else ''}, "
-             f"torch.distributed gloo, up to {args.steps} steps, batch {args.batch}/rank, "
+             f"torch.distributed gloo, up to {args.steps} steps"
+             f"{f' ({args.budget:g}x for optimizer runs)' if args.budget != 1 else ''}, "
+             f"batch {args.batch}/rank, "
              f"quality every {args.eval_every} steps, our hooks over {args.comm}")
     _say(mpi, title)
     rows: list[dict[str, Any]] = []

@@ -1,8 +1,11 @@
 """Runs of ``bench tta`` that change the optimizer rather than hook DDP's gradients.
 
 Ours (``collectives.optim``, every setting at its default, "auto" included): ``diloco``
-(DiLoCo over the same Adam as every other run, on the plain model) and ``onebit``
-(OneBitAdam, the run's Adam learning rate). PyTorch's baseline for local steps:
+(DiLoCo over the same Adam as every other run, on the plain model), ``diloco-fg`` (the same
+with its syncs in the foreground, ``overlap=False``) and ``onebit`` (OneBitAdam, the run's
+Adam learning rate). The interval sweep: ``diloco-h{H}-{avg,nesterov,rule}``, DiLoCo with
+syncs H steps apart (H in ``SWEEP``) and its outer step averaging, DiLoCo's Nesterov (lr 0.7,
+momentum 0.9) or the default rule of the interval (``collectives.optim.intervals``). PyTorch's baseline for local steps:
 ``postlocal`` (``PostLocalSGDOptimizer`` with a ``PeriodicModelAverager`` over Adam, every
 ``POSTLOCAL_PERIOD`` steps after ``args.start_step`` synchronous ones, DDP's post-local SGD
 hook with one-rank subgroups, so nothing moves between the averages).
@@ -37,11 +40,19 @@ def _local(module: Any) -> Any:
     return Local(module)
 
 
-def _diloco(module: Any, args: Any, bucket_mb: float) -> tuple[Any, Any]:
-    from collectives.optim import DiLoCo
+#: the sync intervals of the sweep runs
+SWEEP = (2, 4, 8, 16, 32, 64, 128)
+#: the sweep's outer steps: (lr, momentum), "auto" for the default rule
+OUTER = {"avg": (1.0, 0.0), "nesterov": (0.7, 0.9), "rule": ("auto", "auto")}
 
-    model = _local(module)
-    return model, DiLoCo(common.adam(module.parameters(), args.lr), module)
+
+def _diloco_with(**settings: Any) -> Callable[[Any, Any, float], tuple[Any, Any]]:
+    def make(module: Any, args: Any, bucket_mb: float) -> tuple[Any, Any]:
+        from collectives.optim import DiLoCo
+
+        return _local(module), DiLoCo(common.adam(module.parameters(), args.lr), module,
+                                      **settings)
+    return make
 
 
 def _onebit(module: Any, args: Any, bucket_mb: float) -> tuple[Any, Any]:
@@ -71,14 +82,19 @@ def _postlocal(module: Any, args: Any, bucket_mb: float) -> tuple[Any, Any]:
 
 #: name -> make(plain module, args, bucket MB) -> (the model the steps run, the optimizer)
 OPTIMIZERS: dict[str, Callable[[Any, Any, float], tuple[Any, Any]]] = {
-    "diloco": _diloco, "onebit": _onebit, "postlocal": _postlocal}
+    "diloco": _diloco_with(), "diloco-fg": _diloco_with(overlap=False), "onebit": _onebit,
+    "postlocal": _postlocal}
+for _h in SWEEP:
+    for _outer, (_lr, _m) in OUTER.items():
+        OPTIMIZERS[f"diloco-h{_h}-{_outer}"] = _diloco_with(sync_every=_h, outer_lr=_lr,
+                                                            outer_momentum=_m)
 
 
 def payload(name: str, opt: Any, numel: int) -> float:
     """Bytes each rank contributes per step, averaged over the run's steps so far."""
     import compressors
 
-    if name == "diloco":
+    if name.startswith("diloco"):
         comp = opt.compressor
         per = 4 * numel if comp == "none" else compressors.get(comp).payload_nbytes(numel)
         return (per or 4 * numel) / max(1, opt.sync_every or 1)
