@@ -5,10 +5,11 @@ Ours (``collectives.optim``, every setting at its default, "auto" included): ``d
 with its syncs in the foreground, ``overlap=False``) and ``onebit`` (OneBitAdam, the run's
 Adam learning rate). The interval sweep: ``diloco-h{H}-{avg,nesterov,rule}``, DiLoCo with
 syncs H steps apart (H in ``SWEEP``) and its outer step averaging, DiLoCo's Nesterov (lr 0.7,
-momentum 0.9) or the default rule of the interval (``collectives.optim.intervals``). PyTorch's baseline for local steps:
-``postlocal`` (``PostLocalSGDOptimizer`` with a ``PeriodicModelAverager`` over Adam, every
-``POSTLOCAL_PERIOD`` steps after ``args.start_step`` synchronous ones, DDP's post-local SGD
-hook with one-rank subgroups, so nothing moves between the averages).
+momentum 0.9) or the default rule of the interval (``collectives.optim.intervals``).
+PyTorch's baseline for local steps: ``postlocal`` (``PostLocalSGDOptimizer`` with a
+``PeriodicModelAverager`` over Adam, every ``POSTLOCAL_PERIOD`` steps after
+``args.start_step`` synchronous ones, DDP's post-local SGD hook with one-rank subgroups, so
+nothing moves between the averages).
 """
 
 from __future__ import annotations
