@@ -33,12 +33,14 @@ def fit(model: torch.nn.Module, opt: torch.optim.Optimizer | DiLoCo,
     return sum(losses[:20]) / 20, sum(losses[-20:]) / 20
 
 
-# DiLoCo: AdamW steps on every rank, and every 10 steps an outer Nesterov step on the 8-bit
-# average of the ranks' pseudo-gradients. Rank 0's weights are loaded into every rank first.
+# DiLoCo: AdamW steps on every rank, and every 10 steps a sync: the 8-bit average of the ranks'
+# pseudo-gradients, exchanged in the background during the next 10 steps, then the outer step.
+# Rank 0's weights are loaded into every rank first.
 model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
 opt = DiLoCo(torch.optim.AdamW(model.parameters(), lr=3e-3), model, sync_every=10,
              compressor="uniform:bits=8")
 first, last = fit(model, opt, 200)
+opt.flush()  # the sync in flight lands: every step's progress is in the global weights
 print(f"rank {rank}: DiLoCo, {opt.syncs} syncs in {opt.steps} steps, "
       f"loss {first:.4f} -> {last:.4f}")
 assert last < first / 3  # the loss fell to well under a third
