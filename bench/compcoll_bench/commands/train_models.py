@@ -8,6 +8,8 @@
   transformer on the digits (``transformer_models``).
 * ``embed``: next-byte prediction on the same text from hashed 1-, 2- and 3-byte contexts:
   4.2M of its 4.3M parameters are one embedding table, of which a step touches a few rows.
+* ``gru`` / ``gpt-char``: a 2-layer GRU and a 6-layer narrow decoder with a tied embedding,
+  both byte-level on the same text and held-out bytes as ``lm`` (``extra_models``).
 
 Each task declares its metric: accuracy (higher is better) or bits per byte on held-out text
 (lower is better; ``HIGHER_IS_BETTER``).
@@ -28,6 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .extra_models import GRULM, CharGPT
 from .transformer_models import DecoderLM, DigitsViT, TokenBatches, tokenize
 
 LM_SIZES = {"lm": dict(d=64, layers=2, heads=4), "lm-large": dict(d=512, layers=4, heads=8)}
@@ -35,7 +38,9 @@ CONTEXT = 64
 #: Held-out windows of CONTEXT bytes that bits per byte is measured on, evenly spaced over the
 #: held-out text (128 x 64 bytes: about 25 ms for embed, 40 ms for lm on one thread).
 EVAL_WINDOWS = 128
-MODELS = ["cnn", "mlp-wide", *LM_SIZES, "embed", "gpt", "vit"]
+#: Byte-level language models of ``extra_models``, on the same text as ``lm``.
+BYTE_MODELS = {"gru": GRULM, "gpt-char": lambda: CharGPT(context=CONTEXT)}
+MODELS = ["cnn", "mlp-wide", *LM_SIZES, "embed", "gpt", "vit", *BYTE_MODELS]
 HIGHER_IS_BETTER = {"accuracy": True, "bits_per_byte": False, "loss": False}
 
 
@@ -183,7 +188,8 @@ def stdlib_text(limit: int) -> np.ndarray:
 def language(name: str, seed: int, nbytes: int = 1 << 20) -> Task:
     text = torch.from_numpy(stdlib_text(nbytes).astype(np.int64))
     cut = int(len(text) * 0.95)
-    factory = HashedContext if name == "embed" else lambda: ByteLM(**LM_SIZES[name])
+    factories = {"embed": HashedContext, **BYTE_MODELS}
+    factory = factories.get(name, lambda: ByteLM(**LM_SIZES[name]))
     return Task(name, _seeded(factory, seed), text[:cut], text[cut:], "bits_per_byte")
 
 
@@ -201,6 +207,6 @@ def task(name: str, seed: int) -> Task:
         return words(seed)
     if name in ("cnn", "mlp-wide", "vit"):
         return digits(seed, name)
-    if name in LM_SIZES or name == "embed":
+    if name in LM_SIZES or name in BYTE_MODELS or name == "embed":
         return language(name, seed)
     raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
