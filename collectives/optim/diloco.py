@@ -145,6 +145,7 @@ class DiLoCo:
         self._probe: dict[str, list[float]] = {"step": [], "sync": []}  # while "auto" probes
         self._last: float | None = None  # when the previous step() started
         self._pending: _Sync | None = None  # the sync sent and not landed
+        self._sent_at = 0  # the inner step the last sync was sent at
         self._in_global = False
         #: seconds the last :meth:`step` blocked on syncs (0.0 where it made none)
         self.comm_s = 0.0
@@ -198,7 +199,7 @@ class DiLoCo:
         the same step, e.g. after the training loop."""
         if self._pending is not None:
             self._land()
-        if self.steps and (self.sync_every is None or self.steps % self.sync_every):
+        if self.steps > self._sent_at:
             self._send(background=False)
             self._land()
 
@@ -239,7 +240,7 @@ class DiLoCo:
             sync.job = Background(exchange, f"DiLoCo sync {step}")
         else:
             exchange()
-        self._pending = sync
+        self._pending, self._sent_at = sync, self.steps
 
     def _land(self) -> None:
         """The outer step on the pending sync's average, on every rank at the same step; the
@@ -360,6 +361,7 @@ class DiLoCo:
             pending.job.wait()
             pending.job = None
         return {"version": VERSION, "steps": self.steps, "syncs": self.syncs,
+                "sent_at": self._sent_at,
                 "sync_every": self.sync_every, "compressor": self.compressor,
                 "overlap": self.overlap, "world_size": self.comm.size, "rank": self.comm.rank,
                 "inner": self.optimizer.state_dict(), "outer": self.outer.state_dict(),
@@ -389,6 +391,7 @@ class DiLoCo:
         if self.feedback is not None and state["feedback"] is not None:
             self.feedback.load_state_dict(state["feedback"])
         self.steps, self.syncs = int(state["steps"]), int(state["syncs"])
+        self._sent_at = int(state.get("sent_at", self.steps))
         if self.auto_sync:
             saved = state["sync_every"]
             self.sync_every = None if saved is None else int(saved)

@@ -96,6 +96,12 @@ def compressed_syncs(chk: Checker) -> None:
                   "global_weights(): the last outer step's weights in the model")
         chk.identical(flat(m), "global_weights(): the same on every rank")
     chk.check(np.array_equal(flat(m), local), "global_weights(): the local weights back after")
+    opt.flush()  # one step since the last sync: synced now, in the foreground
+    chk.check(opt.syncs == 4 and opt._pending is None, f"flush() synced step 10 ({opt.syncs})")
+    chk.check(np.array_equal(flat(m), opt._master.detach().numpy()), "flushed: local = global")
+    chk.identical(flat(m), "flushed: the same weights on every rank")
+    opt.flush()
+    chk.check(opt.syncs == 4, "nothing left to flush: no sync")
 
 
 def resume(chk: Checker) -> None:
