@@ -22,42 +22,69 @@ parameters (biases, norm scales) keep full precision momenta, in one collective 
 ``FREEZE_MIN`` steps). v is built from averaged gradients, so the ranks should agree; they
 do not rely on it: each rank's vote rides one element of the next warm-up collective, and all
 of them freeze after that step when every rank voted (they all read the same sum). The
-collectives compare their arguments across ranks the first time of each kind only.
+collectives compare their arguments across ranks the first time of each kind only; what can
+change between steps is checked each step on each rank and refused on every rank together
+(see ``onebit_grads``).
+
+``refresh="doubling"`` (0/1 Adam's variance that follows, Lu et al. 2022, "Maximizing
+Communication Efficiency for Large-scale Training via 0/1 Adam"): after the freeze at step F,
+steps 2F, 4F, 8F, ... (up to N with "doubling:until=N") are full-precision steps like the
+warm-up's that update v (and m); the frozen arrays are then recomputed from the new v. The
+momenta's error-feedback residuals do not go through those steps and are kept as they are
+(in the units of the v they were computed with).
 """
 
 from __future__ import annotations
 
-import math
-import numbers
 import time
 from collections.abc import Iterable
 from typing import Any
 
 import torch
-from torch.optim.adam import adam
 
 import compressors
 
 from .. import api
 from ..policy.base import canonical
+from ..progress import Handle
 from ..session import Session
 from ..torchwork import comm_deadline
 from ..transport import as_communicator
 from ..validation import agree_settings, refusing
+from . import onebit_grads as og
+from .onebit_frozen import FrozenSteps
+from .onebit_settings import (
+    Schedule,
+    adam_bound,
+    check_group,
+    check_hyper,
+    group_words,
+    params_words,
+    phases,
+)
+from .onebit_state import Checkpoints
+from .onebit_warmup import FullPrecisionSteps
 
-VERSION = 1
+__all__ = ["OneBitAdam", "adam_bound"]
+
 FREEZE_MIN = 20
 FREEZE_WINDOW = 10
 FREEZE_TOLERANCE = 0.2
+SETTINGS = "OneBitAdam settings"
 
 
-class OneBitAdam(torch.optim.Optimizer):
+class OneBitAdam(FullPrecisionSteps, FrozenSteps, Checkpoints, torch.optim.Optimizer):
     """Adam that averages the ranks' gradients itself: use it on a plain model (no DDP).
 
-    Construction is collective (every rank, the same arguments): the ranks compare settings
-    (``MismatchError`` on every rank where they differ) and load rank 0's weights. Every rank
-    must call :meth:`step` at every step, with a gradient on the same parameters (a parameter
-    without one counts as a zero gradient).
+    Construction is collective (every rank, the same arguments): the ranks compare settings,
+    every param group's lr, betas, eps and weight_decay, and the parameters' shapes and which
+    of them require a gradient (``MismatchError`` on every rank where they differ), and load
+    rank 0's weights. So is :meth:`add_param_group` afterwards. Every rank must call
+    :meth:`step` at every step. A parameter that does not require a gradient at construction
+    never moves (its ``.grad`` ignored), nor does one no rank has a gradient for at a step (as
+    torch.optim.Adam skips a parameter without one); one that has a gradient on some ranks
+    only counts as a zero gradient on the others. The learning rate (and the other settings)
+    is read from ``param_groups`` at every step, so schedulers work; it is not compared again.
 
     ``compressor``: the momenta's compressor after the freeze ("sign"), or a pair (warm-up,
     after the freeze) where the warm-up's gradients go in "fp16" (the default) or "none"
@@ -67,6 +94,19 @@ class OneBitAdam(torch.optim.Optimizer):
     a torch.distributed group, else ``collectives.defaults.timeout``; set :attr:`timeout`
     (seconds) after construction to choose another.
 
+    ``schedule`` keywords (one value, :class:`~collectives.optim.onebit_settings.Schedule`):
+    ``freeze_step`` ("auto", or the step v freezes at) and ``refresh`` ("doubling": v is
+    refreshed at full precision at twice, four times, ... the freeze step; "doubling:until=N"
+    up to step N, say where the learning rate's warm-up ends; "never": v stays frozen).
+
+    Gradients are checked at each step on each rank: a sparse one, one whose shape is not its
+    parameter's, or a ``requires_grad`` changed since construction make the step raise on
+    every rank before anything changed (ValueError with the reason on that rank,
+    ``MismatchError`` on the others). Non-finite gradients propagate as in torch.optim.Adam:
+    the weights become NaN or Inf (after the freeze, the compressor spreads them over the
+    buckets they travel in); finite ones too large for the fp16 warm-up are averaged in
+    float32 at that step.
+
     Example::
 
         >>> opt = collectives.optim.OneBitAdam(model.parameters(), lr=1e-3, freeze_step=100)
@@ -75,14 +115,22 @@ class OneBitAdam(torch.optim.Optimizer):
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0, *, freeze_step: int | str = "auto",
-                 compressor: Any = "sign", comm: Any = None) -> None:
+                 weight_decay: float = 0.0, *, compressor: Any = "sign", comm: Any = None,
+                 **schedule: Any) -> None:
         self.comm = as_communicator(comm)
         #: seconds each wait may block (None: ``collectives.defaults.timeout``)
         self.timeout = comm_deadline(self.comm)
-        with refusing(self.comm, "OneBitAdam settings", True, self.timeout):
-            warmup_compressor, compressor = _phases(compressor)
-            _check(lr, betas, eps, weight_decay, freeze_step, warmup_compressor)
+        self._trains: list[bool] = []  # per parameter: whether it trains (fixed when added)
+        self._built = False  # add_param_group is collective once the constructor is done
+        with refusing(self.comm, SETTINGS, True, self.timeout):
+            unknown = sorted(set(schedule) - {"freeze_step", "refresh"})
+            if unknown:
+                raise TypeError(f"OneBitAdam() got an unexpected keyword argument "
+                                f"{unknown[0]!r} (it takes lr, betas, eps, weight_decay, "
+                                "compressor, comm, freeze_step and refresh)")
+            self.schedule = Schedule.of(**schedule)
+            warmup_compressor, compressor = phases(compressor)
+            check_hyper(lr, betas, eps, weight_decay)
             spec = canonical(compressor)
             if compressors.get(spec).capabilities.allreduce_steps:
                 raise ValueError(f"compressor {spec!r} needs a matrix per parameter; "
@@ -90,20 +138,19 @@ class OneBitAdam(torch.optim.Optimizer):
                                  "or top-k")
             super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps,
                                       "weight_decay": weight_decay})
-        self.freeze_step = freeze_step
+        self.freeze_step, self.refresh = self.schedule.freeze_step, self.schedule.spec
         self.compressor, self.warmup_compressor = spec, warmup_compressor
         #: the compressor and its residual store (``collectives.session``)
         self.session = Session(spec)
         self.feedback = self.session.feedback(spec)
-        agree_settings(self.comm, "OneBitAdam settings", {
+        agree_settings(self.comm, SETTINGS, {
             "lr": repr(lr), "betas": repr(tuple(betas)), "eps": repr(eps),
-            "weight_decay": repr(weight_decay), "freeze_step": str(freeze_step),
-            "compressor": spec, "warmup_compressor": warmup_compressor,
-            "parameters": ", ".join(f"{tuple(p.shape)}" for p in self._params())},
+            "weight_decay": repr(weight_decay), "freeze_step": str(self.freeze_step),
+            "refresh": self.refresh, "compressor": spec, "warmup_compressor": warmup_compressor,
+            "param groups": "; ".join(group_words(g) for g in self.param_groups),
+            "parameters": "; ".join(params_words(g) for g in self.param_groups)},
             self.timeout)
-        with torch.no_grad():
-            for p in self._params():  # rank 0's weights, as DDP starts
-                api.broadcast(p.data, root=0, comm=self.comm, timeout=self.timeout)
+        self._load_from_root(self._params())
         self.t = 0  # steps taken
         self.frozen_at: int | None = None  # the step v froze at
         self.vnorms: list[float] = []  # the bias-corrected v's norm after each warm-up step
@@ -118,6 +165,50 @@ class OneBitAdam(torch.optim.Optimizer):
         #: seconds the last :meth:`step` spent in its collectives (coding included)
         self.comm_s = 0.0
         self._checked: set[str] = set()  # collectives compared across ranks once
+        self._built = True
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """torch's ``add_param_group``, collective once the optimizer is built: every rank
+        adds the same group (its settings and parameters' shapes compared, ``MismatchError``
+        on every rank where they differ) and loads rank 0's weights of its parameters."""
+        if not self._built:  # torch's constructor adding the constructor's groups
+            super().add_param_group(param_group)
+            self._settle_group()
+            return
+        with refusing(self.comm, SETTINGS, True, self.timeout):
+            super().add_param_group(param_group)
+            self._settle_group()
+        group = self.param_groups[-1]
+        try:
+            agree_settings(self.comm, SETTINGS, {
+                "new param group": group_words(group),
+                "its parameters": params_words(group)}, self.timeout)
+        except Exception:
+            self._forget_group()
+            raise
+        self._load_from_root(group["params"])
+        # the flat buffers and the frozen arrays cover the new parameters from the next step
+        self._wire = self._avg = self._flat_frozen = self._vector_denoms = None
+        self._checked.clear()
+
+    def _settle_group(self) -> None:
+        """Check the group torch just added; record which of its parameters train."""
+        group = self.param_groups[-1]
+        try:
+            check_group(group, len(self.param_groups) - 1)
+        except ValueError:
+            self._forget_group()
+            raise
+        self._trains += [p.requires_grad for p in group["params"]]
+
+    def _forget_group(self) -> None:
+        self.param_groups.pop()
+        del self._trains[len(self._params()):]
+
+    def _load_from_root(self, params: list[torch.Tensor]) -> None:
+        with torch.no_grad():
+            for p in params:  # rank 0's weights, as DDP starts
+                api.broadcast(p.data, root=0, comm=self.comm, timeout=self.timeout)
 
     def _params(self) -> list[torch.Tensor]:
         return [p for g in self.param_groups for p in g["params"]]
@@ -131,189 +222,43 @@ class OneBitAdam(torch.optim.Optimizer):
                 loss = closure()
         self.t += 1
         self.comm_s = 0.0
-        if self.frozen_at is None:
-            # "auto": this rank's vote that v had settled by the last step travels in this
-            # step's collective; all ranks read the same count, so all freeze together
-            votes = self._warmup_step(self.freeze_step == "auto" and self._settled())
-            if (votes > self.comm.size - 0.5 if self.freeze_step == "auto"
-                    else self.t >= int(self.freeze_step)):
-                self._freeze()
-        else:
-            self._compressed_step()
+        try:
+            if self.frozen_at is None:
+                # "auto": this rank's vote that v had settled by the last step travels in
+                # this step's collective; all ranks read the same count, so all freeze together
+                auto = self.freeze_step == "auto"
+                votes = self._full_step(self._grads(False), auto and self._settled(), False)
+                if votes > self.comm.size - 0.5 if auto else self.t >= int(self.freeze_step):
+                    self._freeze()
+            elif self.schedule.refreshes(self.t, self.frozen_at):
+                self._full_step(self._grads(False), False, True)
+                self._flat_frozen = self._vector_denoms = None  # from the new v
+            else:
+                self._compressed_step(self._grads(True))
+        except ValueError:  # refused on every rank before anything changed
+            self.t -= 1
+            raise
         return loss
 
-    def _grads(self, decay: bool = True) -> list[tuple[dict, torch.Tensor, torch.Tensor]]:
-        """(group, parameter, its gradient, with L2 weight decay if ``decay``) for every
-        parameter, in the groups' order (the same on every rank)."""
-        out = []
-        for g in self.param_groups:
-            for p in g["params"]:
-                grad = torch.zeros_like(p) if p.grad is None else p.grad.detach()
-                if decay and g["weight_decay"]:
-                    grad = grad.add(p.detach(), alpha=g["weight_decay"])
-                out.append((g, p, grad))
-        return out
+    def _grads(self, decay: bool) -> og.Grads:
+        return og.collect(self.param_groups, self._trains, decay)
 
-    def _warmup_step(self, vote: bool) -> float:
-        """Adam on the averaged gradient (``warmup_compressor``: fp16 or none), weight decay
-        added after the average, as torch.optim.Adam on DDP's averaged gradient: torch's own
-        Adam arithmetic, its fused kernel where this torch has one for the parameters (one
-        pass over them; the per-tensor loop cost about ten times as much on gpt). Returns
-        the number of ranks whose ``vote`` was true (sent in the same collective)."""
-        grads = self._grads(decay=False)
-        avg, votes = self._average([gr for _, _, gr in grads], vote)
-        at = 0
-        for g in self.param_groups:
-            n = len(g["params"])
-            params = [p for _, p, _ in grads[at:at + n]]
-            states = [self._state(p) for p in params]
-            # a step count per parameter, one below this step (torch's Adam adds one first)
-            steps = [torch.tensor(float(self.t - 1)) for _ in params]
-            b1, b2 = g["betas"]
-            kwargs = {"amsgrad": False, "beta1": b1, "beta2": b2, "lr": g["lr"],
-                      "weight_decay": g["weight_decay"], "eps": g["eps"], "maximize": False}
-            lists = (params, avg[at:at + n], [st["exp_avg"] for st in states],
-                     [st["exp_avg_sq"] for st in states], [], steps)
-            if self._fused:
-                try:
-                    adam(*lists, fused=True, **kwargs)
-                except RuntimeError:  # no fused kernel for these parameters: the loop
-                    self._fused = False
-                    for x in steps:
-                        x.fill_(float(self.t - 1))
-            if not self._fused:
-                adam(*lists, foreach=False, **kwargs)
-            at += n
-        norms = torch._foreach_norm([self.state[p]["exp_avg_sq"].float()
-                                     for p in self._params()])
-        self.vnorms.append(float(torch.linalg.vector_norm(torch.stack(norms)))
-                           / (1 - self.param_groups[0]["betas"][1] ** self.t))
-        return votes
-
-    def _average(self, grads: list[torch.Tensor], vote: bool
-                 ) -> tuple[list[torch.Tensor], float]:
-        """The ranks' average of ``grads``, and how many ranks ``vote``, in one collective
-        over kept flat buffers (the vote one element after the gradients, summed, not
-        averaged): with fp16, each gradient divided by the ranks and rounded in one pass (the
-        sum cannot overflow), summed, and widened back in one more."""
-        n = sum(x.numel() for x in grads) + 1
-        half = self.warmup_compressor == "fp16"
-        if self._wire is None or self._wire.numel() != n:
-            self._wire = torch.empty(n, dtype=torch.float16 if half else torch.float32)
-            self._avg = torch.empty(n, dtype=torch.float32) if half else self._wire
-        wire, flat = self._wire, self._avg
-        assert flat is not None
-        p, at = self.comm.size, 0
-        for x in grads:
-            view = wire[at:at + x.numel()].view(x.shape)
-            if half:
-                torch.mul(x, 1.0 / p, out=view)
-            else:
-                view.copy_(x)
-            at += x.numel()
-        wire[at] = float(vote) if half else float(vote) * p  # "avg" divides it by p
-        self._collective("warm-up", wire, op="sum" if half else "avg")
-        if half:
-            flat.copy_(wire)
-        votes = float(flat[at])
-        out, at = [], 0
-        for x in grads:
-            out.append(flat[at:at + x.numel()].view(x.shape).to(x.dtype))
-            at += x.numel()
-        return out, votes
-
-    def _compressed_step(self) -> None:
-        """Fold this rank's gradient into the momentum, average the momenta (compressed for
-        matrices, masked where v froze at zero), and step with the frozen v."""
-        grads = self._grads()
-        matrices = [x for x in grads if x[1].dim() >= 2]
-        if matrices:
-            self._matrices(matrices)
-        vectors = [x for x in grads if x[1].dim() < 2]
-        if vectors:
-            self._vectors(vectors)
-
-    def _matrices(self, grads: list[tuple[dict, torch.Tensor, torch.Tensor]]) -> None:
-        """The matrices' momenta, folded straight into one flat buffer in Adam's units
-        m / (sqrt(v_hat) + eps) (a multiply by the frozen reciprocal, zero where v is zero),
-        clipped, averaged compressed; then each parameter moves by its averaged units times
-        the step size (Adam's m / denominator, without dividing again) and keeps units times
-        the denominator as its momentum. Five passes over the momenta besides the
-        collective, and no allocation: the frozen arrays and the buffer are kept."""
-        buf, scale, keep, denom, bound = self._frozen([(g, p) for g, p, _ in grads])
-        views, at = [], 0
-        for g, p, grad in grads:
-            view = buf[at:at + p.numel()].view(p.shape)
-            torch.lerp(self._state(p)["exp_avg"].float(), grad.float(), 1 - g["betas"][0],
-                       out=view)
-            views.append((view, denom[at:at + p.numel()].view(p.shape),
-                          keep[at:at + p.numel()].view(p.shape)))
-            at += p.numel()
-        buf.mul_(scale).clamp_(-bound, bound)
-        self._collective("momenta", buf, op="avg", compressor=self.feedback.compressor,
-                         feedback=self.feedback, name="onebit", step=self.t)
-        # masked by ``keep`` (a masked coordinate's average may hold the others' rounding),
-        # and the momentum by the denominator zeroed there: one pass each
-        for (g, p, _), (units, d, k) in zip(grads, views, strict=True):
-            step_size = -g["lr"] / (1 - g["betas"][0] ** self.t)
-            m = self._state(p)["exp_avg"]
-            if p.dtype == units.dtype and m.dtype == units.dtype and m.is_contiguous():
-                p.addcmul_(units, k, value=step_size)
-                torch.mul(units, d, out=m)
-            else:
-                p.add_((units * k).to(p.dtype), alpha=step_size)
-                m.copy_(units * d)
-
-    def _vectors(self, grads: list[tuple[dict, torch.Tensor, torch.Tensor]]) -> None:
-        """The 1-D parameters' momenta, averaged in full precision, and Adam's step with the
-        frozen denominators (computed once, at the first step after the freeze)."""
-        moms = [self._state(p)["exp_avg"].lerp(grad, 1 - g["betas"][0]) for g, p, grad in grads]
-        flat = torch.cat([m.reshape(-1).float() for m in moms])
-        self._collective("vectors", flat, op="avg")
-        frozen = self.frozen_at
-        assert frozen is not None
-        if self._vector_denoms is None:
-            self._vector_denoms = [
-                _denominator(self._state(p)["exp_avg_sq"], 1 - g["betas"][1] ** frozen,
-                             g["eps"]) for g, p, _ in grads]
-        at = 0
-        for (g, p, _), m, d in zip(grads, moms, self._vector_denoms, strict=True):
-            st = self._state(p)
-            st["exp_avg"].copy_(flat[at:at + m.numel()].view_as(m))
-            p.addcdiv_(st["exp_avg"], d, value=-g["lr"] / (1 - g["betas"][0] ** self.t))
-            at += m.numel()
-
-    def _collective(self, kind: str, buf: torch.Tensor, **kwargs: Any) -> None:
-        """Allreduce ``buf`` in place, its time added to :attr:`comm_s`. The ranks compare
-        the call's arguments the first time of each ``kind`` only (the settings were compared
-        at construction, and each kind's buffer keeps its size): no extra round trip a step."""
+    def _collective(self, kind: str, buf: torch.Tensor, **kwargs: Any) -> Handle:
+        """Start allreducing ``buf`` in place, its time added to :attr:`comm_s`. The ranks
+        compare the call's arguments the first time of each ``kind`` only (the settings were
+        compared at construction, and each kind's buffer keeps its size): no extra round trip
+        a step."""
         t0 = time.perf_counter()
-        api.allreduce(buf, comm=self.comm, out=buf, timeout=self.timeout,
-                      validate=None if kind not in self._checked else False, **kwargs)
+        handle = api.iallreduce(buf, comm=self.comm, out=buf, timeout=self.timeout,
+                                validate=None if kind not in self._checked else False, **kwargs)
         self._checked.add(kind)
         self.comm_s += time.perf_counter() - t0
+        return handle
 
-    def _frozen(self, params: list[tuple[dict, torch.Tensor]]
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float]:
-        """Over ``params`` ((group, parameter) pairs, flat in their order), from the frozen
-        v, kept from the freeze on: the flat buffer the momenta are averaged in, the
-        reciprocal of Adam's denominator sqrt(v_hat) + eps and the denominator (both zero where
-        v is zero), where v is above zero (1.0, else 0.0); and the largest |m| / sqrt(v) Adam
-        itself can reach."""
-        n = sum(p.numel() for _, p in params)
-        if self._flat_frozen is None or self._flat_frozen[0].numel() != n:
-            frozen = self.frozen_at
-            assert frozen is not None
-            vs = [(g, self.state[p]["exp_avg_sq"]) for g, p in params]
-            mask = torch.cat([v.reshape(-1) > 0 for _, v in vs])
-            denom = torch.cat([_denominator(v, 1 - g["betas"][1] ** frozen, g["eps"]).reshape(-1)
-                               for g, v in vs]).float().clamp_(min=1e-30)
-            zero = torch.zeros_like(denom)
-            scale = torch.where(mask, denom.reciprocal(), zero)
-            self._flat_frozen = (torch.empty_like(denom), scale, mask.float(),
-                                 torch.where(mask, denom, zero))
-        bound = max(adam_bound(*g["betas"]) for g, _ in params)
-        return (*self._flat_frozen, bound)
+    def _wait(self, handle: Handle) -> None:
+        t0 = time.perf_counter()
+        handle.wait()
+        self.comm_s += time.perf_counter() - t0
 
     def _state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
         st = self.state[p]
@@ -333,79 +278,4 @@ class OneBitAdam(torch.optim.Optimizer):
     def _freeze(self) -> None:
         self.frozen_at = self.t
         self._flat_frozen = self._vector_denoms = None
-        self._wire = self._avg = None  # the warm-up's buffers are not needed again
-
-    # -- checkpoints ------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """torch's optimizer state (momenta, v) and this rank's own: the step, the freeze,
-        the error feedback's residuals."""
-        out = super().state_dict()
-        out["onebit"] = {"version": VERSION, "t": self.t, "frozen_at": self.frozen_at,
-                         "vnorms": list(self.vnorms), "compressor": self.compressor,
-                         "world_size": self.comm.size, "feedback": self.feedback.state_dict()}
-        return out
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        state = dict(state_dict)
-        mine = state.pop("onebit", None)
-        if not isinstance(mine, dict) or mine.get("version") != VERSION:
-            raise ValueError(f"not a OneBitAdam state_dict of version {VERSION} (no 'onebit' "
-                             "entry: a torch.optim.Adam state starts the warm-up from step 0)")
-        if mine.get("compressor") != self.compressor:
-            raise ValueError(f"OneBitAdam state_dict was saved with compressor "
-                             f"{mine.get('compressor')!r}, this optimizer sends "
-                             f"{self.compressor!r}")
-        if mine.get("world_size") != self.comm.size:
-            raise ValueError(f"OneBitAdam state_dict was saved on {mine.get('world_size')} "
-                             f"ranks, this run has {self.comm.size}: the residuals are per rank")
-        super().load_state_dict(state)
-        self.feedback.load_state_dict(mine["feedback"])
-        self.t, self.frozen_at = int(mine["t"]), mine["frozen_at"]
-        self.vnorms = [float(x) for x in mine["vnorms"]]
-        self._flat_frozen = self._vector_denoms = None
-
-
-def _denominator(v: torch.Tensor, corr2: float, eps: float) -> torch.Tensor:
-    """Adam's denominator, sqrt(v / corr2) + eps, in torch.optim.Adam's arithmetic."""
-    return (v.sqrt() / math.sqrt(corr2)).add_(eps)
-
-
-def adam_bound(beta1: float, beta2: float) -> float:
-    """The largest |m| / sqrt(v) Adam's moments can reach: by Cauchy-Schwarz,
-    (1 - b1) / sqrt((1 - b2) (1 - b1^2 / b2)); unbounded (inf) when b1^2 >= b2."""
-    if beta1 * beta1 >= beta2:
-        return math.inf
-    return (1 - beta1) / math.sqrt((1 - beta2) * (1 - beta1 * beta1 / beta2))
-
-
-def _check(lr: Any, betas: Any, eps: Any, weight_decay: Any, freeze_step: Any,
-           warmup: Any) -> None:
-    """ValueError naming the first bad argument and what is accepted."""
-    def real(x: Any) -> bool:
-        return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
-    if not (real(lr) and lr > 0):
-        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
-    if not (isinstance(betas, tuple | list) and len(betas) == 2
-            and all(real(b) and 0 <= b < 1 for b in betas)):
-        raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
-    if not (real(eps) and eps >= 0):
-        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
-    if not (real(weight_decay) and weight_decay >= 0):
-        raise ValueError(f"weight_decay must be a finite number >= 0, got {weight_decay!r}")
-    if freeze_step != "auto" and (isinstance(freeze_step, bool) or not isinstance(
-            freeze_step, numbers.Integral) or freeze_step < 1):
-        raise ValueError(f"freeze_step must be 'auto' or an integer >= 1, got {freeze_step!r}")
-    if warmup not in ("fp16", "none"):
-        raise ValueError(f"the warm-up compressor (compressor=(warm-up, after the freeze)) must "
-                         f"be 'fp16' or 'none', got {warmup!r}")
-
-
-def _phases(compressor: Any) -> tuple[Any, Any]:
-    """(warm-up compressor, compressor after the freeze) from ``compressor=``: one spec (the
-    warm-up in fp16) or a pair."""
-    if isinstance(compressor, tuple | list):
-        if len(compressor) != 2:
-            raise ValueError(f"compressor takes one spec, or a pair (warm-up, after the freeze) "
-                             f"such as ('none', 'sign'), got {compressor!r}")
-        return compressor[0], compressor[1]
-    return "fp16", compressor
+        self._wire = self._avg = None  # the warm-up's buffers wait for the next refresh

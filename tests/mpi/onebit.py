@@ -6,7 +6,10 @@
   gradient (matrices' m / denominator clipped to Adam's bound, zero where v is zero);
 - after the freeze: bit-identical weights on every rank, v unchanged, the loss still falling,
   rows of an embedding no sample used never move;
-- a checkpoint at step k resumed in a fresh optimizer gives the uninterrupted run's weights;
+- at a refresh step (refresh="doubling"): Adam's step on the averaged gradient, v then frozen
+  anew; bit-identical weights on every rank;
+- a checkpoint at step k resumed in a fresh optimizer gives the uninterrupted run's weights,
+  across a refresh too;
 - settings that differ raise MismatchError on every rank; bad arguments name themselves;
 - "auto" freezes every rank at the same step, when every rank voted for it.
 """
@@ -91,47 +94,58 @@ def adam_before_the_freeze(chk: Checker) -> None:
 
 def frozen_is_adam_with_v_frozen(chk: Checker) -> None:
     """compressor="none": after the freeze, each step is Adam's with v as it was at the freeze,
-    written out here from the formula (not from the optimizer's own arithmetic)."""
-    lr, wd, freeze, b1, b2, eps = 1e-2, 0.01, 8, 0.9, 0.999, 1e-8
-    m = net(5)
-    opt = OneBitAdam(m.parameters(), lr=lr, weight_decay=wd, freeze_step=freeze,
-                     compressor=("none", "none"))
-    ref = copy.deepcopy(m)
-    ref_opt = torch.optim.Adam(ref.parameters(), lr=lr, weight_decay=wd)
-    train(m, opt, range(20))
-    for step in range(freeze):
-        loss_of(ref, step).backward()
-        for p in ref.parameters():
-            p.grad = torch.from_numpy(collectives.allreduce(p.grad.numpy(), op="avg"))
-        ref_opt.step()
-        ref_opt.zero_grad()
-    bound = adam_bound(b1, b2)
-    state = {p: (ref_opt.state[p]["exp_avg"].clone(),
-                 ref_opt.state[p]["exp_avg_sq"].sqrt() / (1 - b2 ** freeze) ** 0.5 + eps,
-                 ref_opt.state[p]["exp_avg_sq"] > 0) for p in ref.parameters()}
-    for step in range(freeze, 20):
-        loss_of(ref, step).backward()
-        t = step + 1
-        with torch.no_grad():
+    and at a refresh step (8 and 16 after a freeze at 4) Adam's own step on the averaged
+    gradient, v first standing in for the steps since it was last updated; written out here
+    from the formula (not from the optimizer's own arithmetic)."""
+    for refresh in ("never", "doubling:until=16"):
+        lr, wd, freeze, b1, b2, eps = 1e-2, 0.01, 4, 0.9, 0.999, 1e-8
+        m = net(5)
+        opt = OneBitAdam(m.parameters(), lr=lr, weight_decay=wd, freeze_step=freeze,
+                         compressor=("none", "none"), refresh=refresh)
+        ref = copy.deepcopy(m)
+        ref_opt = torch.optim.Adam(ref.parameters(), lr=lr, weight_decay=wd)
+        train(m, opt, range(20))
+        for step in range(freeze):
+            loss_of(ref, step).backward()
             for p in ref.parameters():
-                grad = torch.from_numpy(collectives.allreduce(p.grad.numpy(), op="avg"))
-                mom, denom, seen = state[p]
-                mom.mul_(b1).add_(grad + wd * p, alpha=1 - b1)
-                if p.dim() >= 2:  # matrices: Adam's units, clipped, zero where v is zero
-                    units = torch.where(seen, (mom / denom).clamp(-bound, bound), 0.0)
-                    mom.copy_(units * torch.where(seen, denom, 0.0))
-                else:
-                    units = mom / denom
-                p.sub_(units, alpha=lr / (1 - b1 ** t))
-                p.grad = None
-    err = float(np.abs(flat(m) - flat(ref)).max())
-    chk.check(opt.frozen_at == freeze, f"frozen at step {freeze} ({opt.frozen_at})")
-    chk.check(err < 1e-5, f"after the freeze: Adam with v frozen ({err:.2e})")
+                p.grad = torch.from_numpy(collectives.allreduce(p.grad.numpy(), op="avg"))
+            ref_opt.step()
+            ref_opt.zero_grad()
+        bound = adam_bound(b1, b2)
+        state = {p: (ref_opt.state[p]["exp_avg"].clone(), ref_opt.state[p]["exp_avg_sq"].clone())
+                 for p in ref.parameters()}
+        v_at = freeze
+        for step in range(freeze, 20):
+            loss_of(ref, step).backward()
+            t = step + 1
+            with torch.no_grad():
+                for p in ref.parameters():
+                    grad = torch.from_numpy(collectives.allreduce(p.grad.numpy(), op="avg"))
+                    grad = grad + wd * p
+                    mom, v = state[p]
+                    mom.mul_(b1).add_(grad, alpha=1 - b1)
+                    if refresh != "never" and t in (8, 16):  # Adam's step at t
+                        v.mul_((1 - b2 ** (t - 1)) / (1 - b2 ** v_at))
+                        v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+                        units = mom / ((v / (1 - b2 ** t)).sqrt() + eps)
+                    else:
+                        denom = v.sqrt() / (1 - b2 ** v_at) ** 0.5 + eps
+                        units = mom / denom
+                        if p.dim() >= 2:  # matrices: Adam's units, clipped, zero where v is 0
+                            units = torch.where(v > 0, units.clamp(-bound, bound), 0.0)
+                            mom.copy_(units * torch.where(v > 0, denom, 0.0))
+                    p.sub_(units, alpha=lr / (1 - b1 ** t))
+                    p.grad = None
+                if refresh != "never" and t in (8, 16):
+                    v_at = t
+        err = float(np.abs(flat(m) - flat(ref)).max())
+        chk.check(opt.frozen_at == freeze, f"frozen at step {freeze} ({opt.frozen_at})")
+        chk.check(err < 1e-5, f"refresh {refresh}: Adam with v frozen, refreshed ({err:.2e})")
 
 
 def after_the_freeze(chk: Checker) -> None:
     m = net(1)
-    opt = OneBitAdam(m.parameters(), lr=1e-2, freeze_step=8)
+    opt = OneBitAdam(m.parameters(), lr=1e-2, freeze_step=8, refresh="never")
     start = flat(m)
     losses = train(m, opt, range(8))
     v = {n: opt.state[p]["exp_avg_sq"].clone() for n, p in m.named_parameters()}
@@ -149,19 +163,25 @@ def after_the_freeze(chk: Checker) -> None:
 
 
 def resume(chk: Checker) -> None:
+    """Saved at step 9, between the freeze (5) and a refresh (10; then 20): bit for bit."""
     def fresh() -> tuple[Net, OneBitAdam]:
         m = net(2)
         return m, OneBitAdam(m.parameters(), lr=1e-2, freeze_step=5)
     m, opt = fresh()
-    train(m, opt, range(14))
+    train(m, opt, range(22))
     want = flat(m)
+    chk.identical(want, "refreshed at steps 10 and 20: weights")
     m, opt = fresh()
     train(m, opt, range(9))  # past the freeze: residuals and the frozen v in the state
+    v = {p: opt.state[p]["exp_avg_sq"].clone() for p in m.parameters()}
     saved = copy.deepcopy((m.state_dict(), opt.state_dict()))
+    train(m, opt, range(9, 10))
+    chk.check(not all(torch.equal(opt.state[p]["exp_avg_sq"], v[p]) for p in m.parameters()),
+              "step 10 refreshed v")
     m, opt = fresh()
     m.load_state_dict(saved[0])
     opt.load_state_dict(saved[1])
-    train(m, opt, range(9, 14))
+    train(m, opt, range(9, 22))
     chk.check(np.array_equal(flat(m), want), "resumed at step 9: the same weights bit for bit")
     plain = torch.optim.Adam(m.parameters()).state_dict()
     chk.raises(lambda: opt.load_state_dict(plain), "not a OneBitAdam state_dict",
@@ -175,11 +195,18 @@ def mismatch(chk: Checker) -> None:
         chk.check(P == 1, "different lr raises")
     except collectives.MismatchError as exc:
         chk.check("lr" in str(exc), f"MismatchError names lr: {exc}")
+    try:
+        OneBitAdam(m.parameters(), refresh="never" if RANK == P - 1 else "doubling")
+        chk.check(P == 1, "different refresh raises")
+    except collectives.MismatchError as exc:
+        chk.check("refresh" in str(exc), f"MismatchError names refresh: {exc}")
     for kwargs, words in (({"lr": 0.0}, "lr must be"), ({"betas": (0.9, 1.0)}, "betas must"),
                           ({"freeze_step": 0}, "freeze_step must"),
                           ({"compressor": "bogus"}, "bogus"),
                           ({"compressor": ("int8", "sign")}, "warm-up compressor"),
-                          ({"compressor": ("fp16", "sign", "x")}, "a pair")):
+                          ({"compressor": ("fp16", "sign", "x")}, "a pair"),
+                          ({"refresh": "sometimes"}, "refresh must be"),
+                          ({"refresh": "doubling:until=0"}, "'doubling:until=N'")):
         chk.raises(lambda kw=kwargs: OneBitAdam(m.parameters(), **kw), words,
                    f"{kwargs} is refused")
 
