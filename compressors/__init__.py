@@ -21,6 +21,7 @@ from typing import Any
 
 from . import (  # _openmp first: it configures the OpenMP runtime before the extension loads
     _openmp,  # noqa: F401
+    chunktopk,
     halfprec,
     none,
     powersgd,
@@ -34,6 +35,7 @@ from . import (  # _openmp first: it configures the OpenMP runtime before the ex
 )
 from .arrays import ArrayInfo
 from .base import Capabilities, Compressor, aliases, available, derive_seed, get, register
+from .chunktopk import ChunkTopK
 from .errors import PayloadError
 from .feedback import DGCFeedback, ErrorFeedback, NoErrorFeedback
 from .halfprec import BF16, FP16
@@ -48,14 +50,14 @@ from .threshold import Threshold
 from .topk import TopK
 from .uniform import Uniform
 
-del halfprec, none, powersgd, qsgd, randomk, sign, terngrad, threshold, topk, uniform
+del chunktopk, halfprec, none, powersgd, qsgd, randomk, sign, terngrad, threshold, topk, uniform
 
 __all__ = [
-    "BF16", "DGCFeedback", "FORMAT_VERSION", "FP16", "QSGD", "ArrayInfo", "Capabilities",
-    "Compressor", "ErrorFeedback", "NoCompression", "NoErrorFeedback", "Payload", "PayloadError",
-    "PowerSGD", "PowerSGDContext", "RandomK", "Sign", "TernGrad", "Threshold", "TopK", "Uniform",
-    "aliases", "available", "compressor_for", "decompress", "derive_seed", "get", "register",
-    "set_checksum",
+    "BF16", "ChunkTopK", "DGCFeedback", "FORMAT_VERSION", "FP16", "QSGD", "ArrayInfo",
+    "Capabilities", "Compressor", "ErrorFeedback", "NoCompression", "NoErrorFeedback", "Payload",
+    "PayloadError", "PowerSGD", "PowerSGDContext", "RandomK", "Sign", "TernGrad", "Threshold",
+    "TopK", "Uniform", "aliases", "available", "compressor_for", "decompress", "derive_seed",
+    "get", "register", "set_checksum",
 ]
 
 

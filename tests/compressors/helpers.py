@@ -14,6 +14,7 @@ CONFIGS = {
     "terngrad": {"bucket_size": 64},
     "sign": {"bucket_size": 64},
     "topk": {"ratio": 0.1},
+    "chunktopk": {"ratio": 0.1, "chunk": 64},
     "randomk": {"ratio": 0.1},
     "threshold": {"tau": 0.5},
     "powersgd": {"rank": 2},
