@@ -2,7 +2,8 @@
 
 Ours (``collectives.optim``, every setting at its default, "auto" included): ``diloco``
 (DiLoCo over the same Adam as every other run, on the plain model), ``diloco-fg`` (the same
-with its syncs in the foreground, ``overlap=False``) and ``onebit`` (OneBitAdam, the run's
+with its syncs in the foreground, ``overlap=False``), ``diloco-int8`` and ``diloco-sparse``
+(8-bit or ``SPARSE`` pseudo-gradients whatever the link) and ``onebit`` (OneBitAdam, the run's
 Adam learning rate). The interval sweep: ``diloco-h{H}-{avg,nesterov,rule}``, DiLoCo with
 syncs H steps apart (H in ``SWEEP``) and its outer step averaging, DiLoCo's Nesterov (lr 0.7,
 momentum 0.9) or the default rule of the interval (``collectives.optim.intervals``).
@@ -41,6 +42,9 @@ def _local(module: Any) -> Any:
     return Local(module)
 
 
+#: ``diloco-sparse``'s pseudo-gradients: 2% of each chunk of 4096, 2 bits a value (87x fewer
+#: bytes than float32), error feedback across syncs
+SPARSE = "chunktopk:ratio=0.02,bits=2,chunk=4096"
 #: the sync intervals of the sweep runs
 SWEEP = (2, 4, 8, 16, 32, 64, 128)
 #: the sweep's outer steps: (lr, momentum), "auto" for the default rule
@@ -83,7 +87,9 @@ def _postlocal(module: Any, args: Any, bucket_mb: float) -> tuple[Any, Any]:
 
 #: name -> make(plain module, args, bucket MB) -> (the model the steps run, the optimizer)
 OPTIMIZERS: dict[str, Callable[[Any, Any, float], tuple[Any, Any]]] = {
-    "diloco": _diloco_with(), "diloco-fg": _diloco_with(overlap=False), "onebit": _onebit,
+    "diloco": _diloco_with(), "diloco-fg": _diloco_with(overlap=False),
+    "diloco-int8": _diloco_with(compressor="uniform:bits=8"),
+    "diloco-sparse": _diloco_with(compressor=SPARSE), "onebit": _onebit,
     "postlocal": _postlocal}
 for _h in SWEEP:
     for _outer, (_lr, _m) in OUTER.items():
