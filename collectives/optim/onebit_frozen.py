@@ -32,10 +32,9 @@ class FrozenSteps:
         mat = [i for i, (_, p, _) in enumerate(items) if p.dim() >= 2]
         moms = [self._state(items[i][1])["exp_avg"].lerp(items[i][2], 1 - items[i][0]["betas"][0])
                 for i in vec]
-        tail = og.flags(grads, False, items[0][1] if items else None) * self.comm.size
+        tail = og.flags(grads, False, False, items[0][1] if items else None) * self.comm.size
         flat = torch.cat([m.reshape(-1).float() for m in moms] + [tail])
         handle = self._collective("vectors", flat, op="avg")
-        big = og.largest([gr for _, _, gr in items])  # read after the wait: no extra one
         folded = self._fold([items[i] for i in mat]) if mat else None
         self._wait(handle)
         nv = flat.numel() - tail.numel()
@@ -43,9 +42,7 @@ class FrozenSteps:
         og.refuse(grads, head[og.BAD], self.t)
         counts = head[og.FLAGS:]
         if folded is not None:
-            finite = big is None or bool(big.isfinite())
-            self._matrices([items[i] for i in mat], [counts[i] > 0.5 for i in mat], folded,
-                           finite)
+            self._matrices([items[i] for i in mat], [counts[i] > 0.5 for i in mat], folded)
         if vec:
             self._vectors([items[i] for i in vec], [counts[i] > 0.5 for i in vec], moms,
                           flat[:nv])
@@ -68,20 +65,20 @@ class FrozenSteps:
         return buf, views, bound
 
     def _matrices(self: Any, grads: list[tuple[dict, torch.Tensor, torch.Tensor]],
-                  moving: list[bool], folded: tuple, finite: bool) -> None:
+                  moving: list[bool], folded: tuple) -> None:
         """Clip the folded units (:meth:`_fold`), average them compressed; then each
         parameter moves by its averaged units times the step size (Adam's m / denominator,
         without dividing again) and keeps units times the denominator as its momentum. Five
         passes over the momenta besides the collective, and no allocation: the frozen arrays
-        and the buffer are kept. ``finite``: whether this rank's gradients were all finite."""
+        and the buffer are kept."""
         buf, views, bound = folded
         for (units, _, _), moves in zip(views, moving, strict=True):
             if not moves:  # no rank had a gradient: nothing of it is sent (its residual is)
                 units.zero_()
         # Adam's bound clips what a tiny frozen v makes of a finite gradient; a non-finite
-        # gradient on this rank is sent as it is, never clipped to a finite value: the
-        # weights turn non-finite as Adam's would (this rank's |g| was read before the wait)
-        if finite:
+        # one on this rank is sent as it is, never clipped to a finite value: the weights turn
+        # non-finite as Adam's would. A finite sum (one fast pass) says there is none.
+        if bool(buf.sum().isfinite()):
             buf.clamp_(-bound, bound)
         else:
             torch.where(buf.isfinite(), buf.clamp(-bound, bound), buf, out=buf)

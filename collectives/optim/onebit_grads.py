@@ -81,28 +81,26 @@ def collect(groups: list[dict[str, Any]], trains: list[bool], decay: bool) -> Gr
     return Grads(items, present, problem)
 
 
-def flags(grads: Grads, vote: bool, like: torch.Tensor | None) -> torch.Tensor:
-    """This rank's flags and per-parameter presence, float32 on ``like``'s device: what
-    rides in the step's first collective (summed over the ranks)."""
-    vals = [float(grads.problem is not None), 0.0, float(vote)]
+def flags(grads: Grads, vote: bool, big: bool, like: torch.Tensor | None) -> torch.Tensor:
+    """This rank's flags (refused, ``big``: overflows fp16, ``vote``) and per-parameter
+    presence, float32 on ``like``'s device: what rides in the step's first collective (summed
+    over the ranks)."""
+    vals = [float(grads.problem is not None), float(big), float(vote)]
     vals += [float(x) for x in grads.present]
     return torch.tensor(vals, dtype=torch.float32,
                         device=None if like is None else like.device)
 
 
-def largest(grads: list[torch.Tensor]) -> torch.Tensor | None:
-    """The largest |value| over ``grads`` (a 0-d tensor on their device, NaN where one holds
-    a NaN: no wait for it here), None without gradients."""
+def overflow(grads: list[torch.Tensor]) -> bool:
+    """Whether a finite gradient value is too large for the fp16 wire (past ``FP16_SAFE``).
+    A non-finite value is no overflow: it travels as it is (Inf and NaN pass through fp16).
+    One fused pass (each tensor's 2-norm, never below its largest |value|); the tensors whose
+    norm passes the bound are then read again for their largest finite |value|."""
     if not grads:
-        return None
-    return torch.stack(torch._foreach_norm(grads, float("inf"))).max()
-
-
-def overflow(big: torch.Tensor) -> torch.Tensor:
-    """Whether a finite gradient value (``big``: :func:`largest`) is too large for the fp16
-    wire. A non-finite value is no overflow: it travels as it is (Inf and NaN pass through
-    fp16)."""
-    return (big > FP16_SAFE) & big.isfinite()
+        return False
+    norms = torch.stack(torch._foreach_norm(grads)).tolist()
+    return any(n > FP16_SAFE and float(x.abs().nan_to_num_(0.0, 0.0, 0.0).max()) > FP16_SAFE
+               for n, x in zip(norms, grads, strict=True))
 
 
 def refuse(grads: Grads, bad: float, step: int) -> None:

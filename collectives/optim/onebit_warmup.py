@@ -93,11 +93,8 @@ class FullPrecisionSteps:
             else:
                 view.copy_(x)
             at += x.numel()
-        tail = og.flags(grads, vote, wire)
+        tail = og.flags(grads, vote, half and og.overflow(xs), wire)
         wire[k:].copy_(tail if half else tail * p)  # "avg" divides them by p
-        big = og.largest(xs) if half else None
-        if big is not None:
-            wire[k + og.OVERFLOW] = og.overflow(big)
         self._wait(self._collective("warm-up", wire, op="sum" if half else "avg"))
         if half:
             flat.copy_(wire)
