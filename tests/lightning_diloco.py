@@ -62,11 +62,10 @@ class Digits(L.LightningModule):
         return torch.optim.AdamW(self.parameters(), 3e-3)
 
     def on_train_start(self) -> None:  # every rank: DiLoCo's constructor is collective
-        # A group of its own: the sync runs in the background while Lightning's loop calls
-        # collectives on the default group (a broadcast every step), and two threads must not
-        # interleave collectives on one group.
+        # On the default group: Lightning's loop broadcasts on it every step while a sync is
+        # exchanged in the background, which DiLoCo does on a communicator of its own.
         self.diloco = DiLoCo(self.optimizers(), self, sync_every=SYNC_EVERY,
-                             compressor="uniform:bits=8", comm=dist.new_group(backend="gloo"))
+                             compressor="uniform:bits=8")
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any,
                        optimizer_closure: Any = None) -> None:

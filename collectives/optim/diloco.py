@@ -51,6 +51,7 @@ from .. import api, costmodel
 from ..session import Session
 from ..torchwork import comm_deadline
 from ..transport import as_communicator
+from ..transport.split import split_by
 from ..validation import agree_settings, refusing
 from . import diloco_checks as checks
 from .background import Background
@@ -127,6 +128,11 @@ class DiLoCo:
             "outer_momentum": repr(self.outer_momentum), "compressor": str(spec),
             "overlap": str(overlap), "parameters": checks.shapes(self.params),
             "buffers": checks.shapes(self.buffers)}, self.timeout)
+        #: where the syncs are exchanged: a communicator of their own (the same ranks), so a
+        #: collective the training loop makes meanwhile on ``comm`` (a logging allreduce,
+        #: Lightning's broadcasts) cannot interleave with a background exchange
+        self.exchange_comm = self.comm if self.comm.size == 1 else split_by(
+            self.comm, 0, self.comm.rank, label="DiLoCo syncs", timeout=self.timeout)
         flat = self._flat(self.params)
         api.broadcast(flat, root=0, comm=self.comm, timeout=self.timeout)  # rank 0's weights
         self._master = torch.nn.Parameter(flat, requires_grad=False)
@@ -231,10 +237,11 @@ class DiLoCo:
                           "name": "diloco", "step": step}
             # the first sync compares the call on every rank; later ones are the same call
             check = None if first else False
-            api.allreduce(delta, op="avg", comm=self.comm, out=delta, timeout=self.timeout,
+            c = self.exchange_comm
+            api.allreduce(delta, op="avg", comm=c, out=delta, timeout=self.timeout,
                           validate=check, **kwargs)
             if bufs is not None:
-                api.allreduce(bufs, op="avg", comm=self.comm, out=bufs, timeout=self.timeout,
+                api.allreduce(bufs, op="avg", comm=c, out=bufs, timeout=self.timeout,
                               validate=check)
         if background:
             sync.job = Background(exchange, f"DiLoCo sync {step}")
