@@ -16,6 +16,7 @@ import torch
 import compressors
 
 from ..policy.base import canonical
+from .origin import check_origin
 
 #: state_dict versions this code loads (1: before background syncs and buffers)
 VERSIONS = (1, 2)
@@ -111,16 +112,7 @@ def check_state(state: Any, opt: Any, weights: tuple[int, ...]) -> None:
         shape = tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
         raise ValueError(f"DiLoCo state_dict: global weights of shape {shape}, this model has "
                          f"{weights}")
-    if state["compressor"] != opt.compressor:
-        raise ValueError(f"DiLoCo state_dict was saved with compressor "
-                         f"{state['compressor']!r}, this optimizer sends {opt.compressor!r}")
-    if state["world_size"] != opt.comm.size:
-        raise ValueError(f"DiLoCo state_dict was saved on {state['world_size']} ranks, this "
-                         f"run has {opt.comm.size}: the residuals are per rank")
-    if state.get("rank", opt.comm.rank) != opt.comm.rank:
-        raise ValueError(f"DiLoCo state_dict was saved by rank {state['rank']}, this is rank "
-                         f"{opt.comm.rank}: each rank loads the state it saved (its residual "
-                         "and local progress are its own)")
+    check_origin("DiLoCo", state, opt.compressor, opt.comm)
     if state.get("overlap", opt.overlap) != opt.overlap:
         raise ValueError(f"DiLoCo state_dict was saved with overlap={state['overlap']}, this "
                          f"optimizer has overlap={opt.overlap}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .onebit_settings import Schedule
+from .origin import check_origin
 
 VERSION = 2  # 2: the rank and the refresh schedule saved (a version 1 state still loads)
 
@@ -47,16 +48,7 @@ class Checkpoints:
 
 def _check_state(opt: Any, mine: dict[str, Any]) -> None:
     """ValueError where the saved state ``mine`` contradicts the optimizer ``opt``."""
-    if mine.get("compressor") != opt.compressor:
-        raise ValueError(f"OneBitAdam state_dict was saved with compressor "
-                         f"{mine.get('compressor')!r}, this optimizer sends {opt.compressor!r}")
-    if mine.get("world_size") != opt.comm.size:
-        raise ValueError(f"OneBitAdam state_dict was saved on {mine.get('world_size')} "
-                         f"ranks, this run has {opt.comm.size}: the residuals are per rank")
-    if mine.get("rank", opt.comm.rank) != opt.comm.rank:
-        raise ValueError(f"OneBitAdam state_dict was saved by rank {mine['rank']}, this is "
-                         f"rank {opt.comm.rank}: each rank loads its own (the residuals are "
-                         "per rank)")
+    check_origin("OneBitAdam", mine, opt.compressor, opt.comm)
     t, frozen, step = int(mine["t"]), mine["frozen_at"], opt.freeze_step
     if step != "auto" and frozen is not None and frozen != step:
         raise ValueError(f"OneBitAdam state_dict froze v at step {frozen}, this optimizer's "
