@@ -3,7 +3,8 @@
 Ours (``collectives.optim``, every setting at its default, "auto" included): ``diloco``
 (DiLoCo over the same Adam as every other run, on the plain model), ``diloco-fg`` (the same
 with its syncs in the foreground, ``overlap=False``), ``diloco-int8`` and ``diloco-sparse``
-(8-bit or ``SPARSE`` pseudo-gradients whatever the link) and ``onebit`` (OneBitAdam, the run's
+(8-bit or ``SPARSE`` pseudo-gradients whatever the link), ``diloco-h8-{none,int8,sparse}``
+(the same three at syncs 8 steps apart) and ``onebit`` (OneBitAdam, the run's
 Adam learning rate). The interval sweep: ``diloco-h{H}-{avg,nesterov,rule}``, DiLoCo with
 syncs H steps apart (H in ``SWEEP``) and its outer step averaging, DiLoCo's Nesterov (lr 0.7,
 momentum 0.9) or the default rule of the interval (``collectives.optim.intervals``).
@@ -91,6 +92,9 @@ OPTIMIZERS: dict[str, Callable[[Any, Any, float], tuple[Any, Any]]] = {
     "diloco-int8": _diloco_with(compressor="uniform:bits=8"),
     "diloco-sparse": _diloco_with(compressor=SPARSE), "onebit": _onebit,
     "postlocal": _postlocal}
+for _name, _spec in (("none", "none"), ("int8", "uniform:bits=8"), ("sparse", SPARSE)):
+    # what a sync sends, at a pinned interval: the same outer steps, other bytes
+    OPTIMIZERS[f"diloco-h8-{_name}"] = _diloco_with(sync_every=8, compressor=_spec)
 for _h in SWEEP:
     for _outer, (_lr, _m) in OUTER.items():
         OPTIMIZERS[f"diloco-h{_h}-{_outer}"] = _diloco_with(sync_every=_h, outer_lr=_lr,
