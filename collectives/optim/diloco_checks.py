@@ -66,10 +66,17 @@ def check_arguments(optimizer: Any, model: Any, sync_every: Any, outer_lr: Any,
 
 
 def _is_wrapper(module: torch.nn.Module) -> bool:
-    """DDP (what ``accelerator.prepare`` returns) and FSDP communicate every step."""
-    names = {"DistributedDataParallel", "FullyShardedDataParallel"}
-    return any(k.__name__ in names and k.__module__.startswith("torch.")
-               for k in type(module).__mro__)
+    """DDP (what ``accelerator.prepare`` returns) and FSDP (1 and 2) communicate every step."""
+    return isinstance(module, _wrappers())
+
+
+def _wrappers() -> tuple[type, ...]:
+    kinds: list[type] = [torch.nn.parallel.DistributedDataParallel]
+    try:
+        from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+    except ImportError:  # a torch built without distributed
+        return tuple(kinds)
+    return (*kinds, FullyShardedDataParallel, FSDPModule)
 
 
 def setting(value: Any) -> float | str:
