@@ -7,7 +7,8 @@ Usage:
 
 Per result file and model: the link and layout, the batch, the compute-only step and the fp16
 hook's, then the time to target of each PyTorch option (DDP without a hook, the fp16, bf16,
-PowerSGD rank 1 and rank 4 hooks) and the best of them: whichever reached the target first.
+PowerSGD rank 1 and rank 4 hooks, post-local SGD) and the best of them: whichever reached
+the target first.
 Then each of our runs (auto from an empty measurement cache, auto from the cache, every fixed
 compressor) as its time to target and the best PyTorch option's time over it (above 1x: ours
 reached the target sooner), auto against the fp16 hook, auto's final quality with DDP's best
@@ -30,7 +31,7 @@ from results_index import notes_for, origin, parse_notes
 
 #: PyTorch's options, every one a candidate for the best: DDP without a hook and its hooks.
 TORCH = {"ddp": "DDP", "fp16": "fp16 hook", "bf16": "bf16 hook", "powersgd1": "PowerSGD 1",
-         "powersgd": "PowerSGD 4"}
+         "powersgd": "PowerSGD 4", "postlocal": "post-local SGD"}
 #: Our runs in the order shown (others that a file has follow under their own names).
 OURS = {"auto": "auto", "auto-rerun": "auto, from cache", "auto-flat": "auto, flat",
         "fp16-ours": "fp16, ours", "int8+ef": "8-bit + EF",
@@ -163,7 +164,8 @@ def main(argv: list[str]) -> int:
             f"a loss, every curve smoothed over its last {smooth} evaluations (each result's "
             ".txt states its target). \"not reached\": the run never reached it; \"-\": not "
             "in that result. Best PyTorch: whichever of DDP without a hook and PyTorch's fp16, "
-            "bf16, PowerSGD rank 1 and rank 4 hooks reached the target first.", "",
+            "bf16, PowerSGD rank 1 and rank 4 hooks and post-local SGD reached the target "
+            "first.", "",
             *tables(results(paths), parse_notes(args.note))]
     if folder:
         (folder / "README.md").write_text("\n".join(text) + "\n")
