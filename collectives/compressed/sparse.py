@@ -30,7 +30,10 @@ def run(ctx: Ctx) -> Steps:
         xc = ctx.compensate(ctx.x)
         payload = ctx.compress(xc, ctx.name)
     n = payload.numel
-    if "indices" in payload.buffers:  # (indices, values) payloads: top-k, threshold
+    caps = ctx.comp.capabilities
+    # (indices, values) payloads of sparse compressors (top-k, threshold) as they are; any
+    # other payload (its buffers may have the same names, chunktopk's codes) by its decoding
+    if caps.sparse and "indices" in payload.buffers:
         vals = payload.buffers["values"]
         idx, val = payload.buffers["indices"], to_f32(vals, payload.dtype)
     else:
@@ -40,7 +43,6 @@ def run(ctx: Ctx) -> Steps:
     idx, val = coalesce(idx, val, n, ctx.acc)
     algo, k = ctx.sparse_algorithm, ctx.k
     if algo == "auto" or (algo == "gtopk" and k is None):
-        caps = ctx.comp.capabilities
         if caps.sparse and caps.same_size_on_all_ranks and "indices" in payload.buffers:
             nnz = np.array([idx.size])  # the layout fixes it: the same on every rank
         else:
