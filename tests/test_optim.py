@@ -40,6 +40,16 @@ def test_diloco_auto_sync_every_prices_the_sync_against_whole_steps() -> None:
     assert sync_every_for(1.0, 0.999999, background=False) == MAX_SYNC_EVERY
 
 
+def test_diloco_auto_widens_the_interval_while_background_steps_run_slow() -> None:
+    """A background exchange is hidden only where it has cores of its own: steps more than
+    10% slower than compute alone double the interval, up to the foreground rule's."""
+    from collectives.optim.intervals import SLOWDOWN, widen
+
+    assert widen(0.40, 0.23, 1, 4) == 2 and widen(0.40, 0.23, 2, 4) == 4
+    assert widen(0.40, 0.23, 4, 4) == 4 and widen(0.40, 0.23, 3, 4) == 4  # never past it
+    assert widen(0.23 * (1 + SLOWDOWN), 0.23, 1, 4) == 1  # within the slowdown: kept
+
+
 def test_diloco_auto_agrees_on_the_slowest_step_and_the_fastest_sync() -> None:
     """A rank that waits for a slower one counts the wait in its sync; the last to arrive
     does not. The probe's medians leave the first (set-up) step out."""

@@ -55,7 +55,7 @@ from ..transport.split import split_by
 from ..validation import agree_settings, refusing
 from . import diloco_checks as checks
 from .background import Background
-from .intervals import outer_for, probe_times, sync_every_for
+from .intervals import outer_for, probe_times, sync_every_for, widen
 
 VERSION = 2
 #: sync_every="auto": steps synced every step first, timed for the choice of H.
@@ -149,6 +149,10 @@ class DiLoCo:
         self.steps = 0  # inner steps taken
         self.syncs = 0  # outer steps landed
         self._probe: dict[str, list[float]] = {"step": [], "sync": []}  # while "auto" probes
+        #: "auto" in the background: (compute seconds a step, the foreground rule's interval)
+        #: from the probe, and the whole steps since the interval was last checked
+        self._adapt: tuple[float, int] | None = None
+        self._recent: list[float] = []
         self._last: float | None = None  # when the previous step() started
         self._pending: _Sync | None = None  # the sync sent and not landed
         self._sent_at = 0  # the inner step the last sync was sent at
@@ -179,14 +183,19 @@ class DiLoCo:
         start = time.perf_counter()
         if self._last is not None and self.sync_every is None:  # a whole probe step
             self._probe["step"].append(start - self._last)
+        elif self._last is not None and self._adapt is not None:
+            self._recent.append(start - self._last)
         self._last = start
         loss = self.optimizer.step(closure)
         self.steps += 1
         t0 = time.perf_counter()
-        if self._pending is not None and self._pending.due <= self.steps:
-            self._land()
-        if self._due():
+        due = self._due()
+        if self._pending is not None and (self._pending.due <= self.steps or due):
+            self._land()  # (a sync sent before the interval widened lands at the next sync)
+        if due:
             probing = self.sync_every is None
+            if self._adapt is not None and len(self._recent) >= 8:
+                self._check_interval()
             self._send(background=self.overlap and not probing)
             if self._pending is not None and self._pending.job is None:
                 self._land()
@@ -337,7 +346,24 @@ class DiLoCo:
         period, sync = probe_times(self._probe["step"], self._probe["sync"])
         mine = np.array([period, -sync], np.float64)
         agreed = api.allreduce(mine, op="max", comm=self.comm, timeout=self.timeout)
-        return sync_every_for(float(agreed[0]), -float(agreed[1]), self.overlap)
+        period, sync = float(agreed[0]), -float(agreed[1])
+        if self.overlap:
+            self._adapt = (max(period - sync, 1e-6), sync_every_for(period, sync, False))
+        return sync_every_for(period, sync, self.overlap)
+
+    def _check_interval(self) -> None:
+        """:func:`widen` the interval from the slowest rank's median step since the last check
+        (collective: every rank checks at the same sync, one allreduce of one number)."""
+        assert self._adapt is not None and self.sync_every is not None
+        mine = np.array([float(np.median(self._recent))], np.float64)
+        self._recent = []
+        slowest = float(api.allreduce(mine, op="max", comm=self.comm, timeout=self.timeout)[0])
+        wider = widen(slowest, self._adapt[0], self.sync_every, self._adapt[1])
+        if wider != self.sync_every:
+            self.sync_every = wider
+            self._set_outer(wider)
+        if wider >= self._adapt[1]:
+            self._adapt = None  # as wide as the foreground rule: no more checks
 
     def _auto_compressor(self, flat: torch.Tensor) -> str:
         """8 bits where the cost model prices the float32 sync above the 8-bit one with its
@@ -380,7 +406,8 @@ class DiLoCo:
                     "snapshot": pending.snapshot.cpu().clone(), "due": pending.due,
                     "buffers": pending.buffers, "buffer_snapshot": pending.buffer_snapshot},
                 "feedback": None if self.feedback is None else self.feedback.state_dict(),
-                "probe": {k: list(v) for k, v in self._probe.items()}}
+                "probe": {k: list(v) for k, v in self._probe.items()},
+                "adapt": None if self._adapt is None else list(self._adapt)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` (validated: a bad field raises ValueError naming it and
@@ -404,6 +431,9 @@ class DiLoCo:
             self.sync_every = None if saved is None else int(saved)
             self._probe = {k: list(v) for k, v in state.get("probe", {}).items()} or \
                 {"step": [], "sync": []}
+            adapt = state.get("adapt")
+            self._adapt = None if adapt is None else (float(adapt[0]), int(adapt[1]))
+            self._recent = []
         self._set_outer(self.sync_every or 1)
         pending = state.get("pending")
         self._pending = None if pending is None else _Sync(

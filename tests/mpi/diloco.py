@@ -215,6 +215,29 @@ def slow_rank(chk: Checker) -> None:
               f"a slow rank: auto picks {opt.sync_every} for a tiny model on shared memory")
 
 
+def widening(chk: Checker) -> None:
+    """In the background, "auto" doubles the interval while steps run slower than compute
+    alone: with compute alone pinned at almost nothing, every check widens it, 1 -> 2 -> 4 ->
+    8 (the foreground rule's, pinned at 8), at the same sync on every rank; a sync sent before
+    a widening lands at the next sync, none is lost."""
+    m = model(11)
+    opt = DiLoCo(torch.optim.SGD(m.parameters(), lr=0.05), m, compressor="none")
+    train(m, opt, range(6))
+    opt.sync_every, opt._adapt = 1, (1e-12, 8)
+    opt._set_outer(1)
+    seen = []
+    for step in range(6, 70):
+        train(m, opt, range(step, step + 1))
+        seen.append(opt.sync_every)
+    chk.check(opt.sync_every == 8 and opt._adapt is None,
+              f"widened to the foreground rule's 8 ({opt.sync_every})")
+    chk.check(sorted(set(seen)) == [1, 2, 4, 8] and seen == sorted(seen), f"doubled: {seen}")
+    chk.identical(np.array(seen), "every rank widened at the same step")
+    opt.flush()
+    chk.identical(flat(m), "flushed after widening: the same weights on every rank")
+    chk.check(np.array_equal(flat(m), opt._master.detach().numpy()), "flushed: local = global")
+
+
 def background(chk: Checker) -> None:
     """With averaging, no compressor and syncs in the background: at each landing the global
     weights move by the ranks' average pseudo-gradient (within rounding), the local weights
@@ -301,7 +324,7 @@ def refusals(chk: Checker) -> None:
 def main() -> None:
     chk = Checker("diloco")
     for fn in (synchronous_equivalence, compressed_syncs, sparse_syncs, resume, mismatch, auto,
-               slow_rank, background, buffers, refusals):
+               slow_rank, widening, background, buffers, refusals):
         chk.run(fn.__name__, fn, chk)
     chk.finish()
 
