@@ -84,7 +84,9 @@ STATE_KEYS = {"decisions", "rows", "log", "total_error", "measured", "fitted", "
               "measurements", "cached", "_ready", "_layers", "_bucket", "_layout", "_tried",
               "_schedule", "_file", "_probe_start", "_last_eval", "_regime", "_live_used",
               "signals", "profiler", "_speeds", "_losses", "_watch", "_fallback", "_trial",
-              "_trial_result"}
+              "_trial_result", "_narrow", "_loss_before"}
+#: Keys a state saved before them lacks (the parts keep their defaults).
+ADDED_KEYS = {"_narrow", "_loss_before"}
 
 
 def test_the_automatic_policys_state_dict_keeps_its_format() -> None:
@@ -103,6 +105,9 @@ def test_the_automatic_policys_state_dict_keeps_its_format() -> None:
     again.load_state_dict(state)
     assert again.decisions == policy.decisions and again.rows == policy.rows
     assert again.table() == policy.table() and again.state_dict().keys() == state.keys()
+    older = AutoPolicy(first=0, probe_steps=1, cost=SLOW, latency="model", cache=False)
+    older.load_state_dict({k: v for k, v in state.items() if k not in ADDED_KEYS})
+    assert older.decisions == policy.decisions and older._decider.narrow == {}
     older = {k: v for k, v in state.items() if k != "signals"}  # before the signals were kept
     AutoPolicy(cost=SLOW, latency="model").load_state_dict(older)
     # Before the loss check, the codec speeds and the Adam-space columns: rows 7 wide.

@@ -1,6 +1,7 @@
-"""The automatic policy's trial: a decision that compresses is timed against 16 bits and
-against sending everything uncompressed, and the simplest plan is kept unless one of more
-error is clearly faster (step times from a clock the test sets, never measured)."""
+"""The automatic policy's trial: a decision is timed against 16 bits, against its 16-bit
+layers below 16 bits and against sending everything uncompressed, the plans taking turns, and
+the simplest plan is kept unless one of more error is clearly faster (step times from a clock
+the test sets, never measured)."""
 
 from __future__ import annotations
 
@@ -33,16 +34,17 @@ def _steady_clock(monkeypatch) -> None:
 
 def run(monkeypatch, plan_s: float, sixteen_s: float, none_s: float = 1.0, steps: int = 40,
         candidates: tuple[str, ...] = ("none", "fp16", "uniform:bits=8"), jitter: float = 0.0,
-        far: float = float("inf")) -> tuple[AutoPolicy, list[str]]:
+        far: float = float("inf"), **kw) -> tuple[AutoPolicy, list[str]]:
     """Drive the policy ``steps`` steps, each lasting what the layer is sent with says (longer
-    and shorter by ``jitter`` of it in turn). Uncompressed is timed whatever its price
-    (``far``: the share of the plan's price past which it is not)."""
+    and shorter by ``jitter`` of it in turn; ``plan_s``: at 8 bits). Uncompressed is timed
+    whatever its price (``far``: the share of the plan's price past which it is not); ``kw``
+    go to the policy."""
     clock = StepClock()
     monkeypatch.setattr(trial, "time", clock)
-    pol = AutoPolicy(candidates=candidates, first=FIRST,
-                     probe_steps=1, every=1000, cost=SLOW, latency="model", cache=False,
-                     optimizer="sgd", trial_steps=STEPS, loss_window=0,
-                     tunables=Tunables(uncompressed_far=far))
+    pol = AutoPolicy(**{"candidates": candidates, "first": FIRST, "probe_steps": 1,
+                        "every": 1000, "cost": SLOW, "latency": "model", "cache": False,
+                        "optimizer": "sgd", "trial_steps": STEPS, "loss_window": 0,
+                        "tunables": Tunables(uncompressed_far=far), **kw})
     comm, rng, seen = Ranks(), np.random.default_rng(0), []
     for step in range(steps):
         pol.update(comm, step)
@@ -60,12 +62,28 @@ def row(pol: AutoPolicy) -> str:
     return next(x for x in pol.table().splitlines() if x.startswith("w "))
 
 
+def blocks(seen: list[str]) -> list[tuple[str, int]]:
+    """The runs of ``seen``: (what was sent, for how many steps in a row)."""
+    out: list[tuple[str, int]] = []
+    for s in seen:
+        if out and out[-1][0] == s:
+            out[-1] = (s, out[-1][1] + 1)
+        else:
+            out.append((s, 1))
+    return out
+
+
+#: Steps of one plan's turn: its share of the counted steps in a round, and one not counted.
+TURN = STEPS // Tunables().trial_rounds + Tunables().skip
+
+
 def test_a_plan_slower_than_16_bits_in_measured_steps_gives_way_to_16_bits(monkeypatch) -> None:
     pol, seen = run(monkeypatch, plan_s=0.120, sixteen_s=0.100, none_s=0.200)
     first = seen.index(INT8)
-    assert seen[first:first + STEPS + 1] == [INT8] * (STEPS + 1), seen
-    assert "none" in seen[first:], seen  # uncompressed was timed too
-    assert seen[-1] == "fp16" and INT8 not in seen[first + 3 * STEPS + 4:], seen
+    # the plans take turns, two rounds of the plan, 16 bits, then uncompressed
+    turns = [(INT8, TURN), ("fp16", TURN), ("none", TURN)] * 2
+    assert blocks(seen[first:])[:6] == turns, blocks(seen)
+    assert seen[-1] == "fp16" and INT8 not in seen[first + 6 * TURN:], seen
     r = pol._trial.result
     assert r["kept"] == "fp16"
     assert (r["plan_s"], r["sixteen_s"], r["none_s"]) == pytest.approx((0.120, 0.100, 0.200))
@@ -100,11 +118,50 @@ def test_a_gain_under_the_margin_counts_only_where_the_steps_measure_it(monkeypa
     assert seen[-1] == "none", seen
 
 
-def test_clearly_faster_asks_twice_the_noise_between_min_share_and_the_margin() -> None:
-    assert trial.clearly_faster(0.96, 1.0, 0.0, 0.1)  # 4% > min_share, no noise
-    assert not trial.clearly_faster(0.98, 1.0, 0.0, 0.1)  # 2% < min_share
-    assert not trial.clearly_faster(0.94, 1.0, 0.04, 0.1)  # 6% < twice the noise
-    assert trial.clearly_faster(0.89, 1.0, 0.5, 0.1)  # the margin is the most it asks
+def test_clearly_faster_asks_twice_the_noise_and_min_share() -> None:
+    assert trial.clearly_faster(0.96, 1.0, 0.0)  # 4% > min_share, no noise
+    assert not trial.clearly_faster(0.98, 1.0, 0.0)  # 2% < min_share
+    assert not trial.clearly_faster(0.94, 1.0, 0.04)  # 6% < twice the noise
+    # no fixed margin: 11% within noise of 0.2 is not clear, however large the gain looks
+    assert not trial.clearly_faster(0.89, 1.0, 0.2)
+    assert trial.clearly_faster(0.5, 1.0, 0.2)
+
+
+def test_a_16_bit_plan_is_timed_below_16_bits_and_kept_there_when_faster(monkeypatch) -> None:
+    """A prediction must clear the margin to send 8 bits (here 40%): the plan is fp16, but
+    8 bits fit the budget, so the trial times them in turns with fp16 and uncompressed, and
+    keeps 8 bits where the steps are clearly faster."""
+    pol, seen = run(monkeypatch, plan_s=0.080, sixteen_s=0.100, none_s=0.200, margin=0.4)
+    first = seen.index(INT8)  # (the plan's first turn runs on from the start's fp16)
+    assert blocks(seen[first:])[:5] == [(INT8, TURN), ("none", TURN), ("fp16", TURN),
+                                        (INT8, TURN), ("none", TURN)], blocks(seen)
+    r = pol._trial.result
+    assert r["phase"] == "narrow" and r["plan"] == {"w": "fp16"} and r["narrow"] == {"w": INT8}
+    assert seen[-1] == INT8 and pol.decisions["w"] == INT8 and pol.rows[0]["compressor"] == INT8
+    assert "measured: below 16 bits as fast" in row(pol)
+    # 2% faster: within min_share, fp16 stays
+    pol, seen = run(monkeypatch, plan_s=0.098, sixteen_s=0.100, none_s=0.200, margin=0.4)
+    assert pol._trial.result["phase"] == "plan" and seen[-1] == "fp16", seen
+
+
+def test_a_narrower_plan_kept_is_watched_by_the_loss_check(monkeypatch) -> None:
+    pol, _ = run(monkeypatch, plan_s=0.080, sixteen_s=0.100, none_s=0.200, margin=0.4)
+    q = pol._quality
+    q.before_last = [-0.01, 0.001]  # the trend before the decision (the check is on)
+    q.narrowed(50)
+    assert q.watch == {"step": 50, "before": [-0.01, 0.001]}
+    q.watch, q.fallback = None, {"step": 1}
+    q.narrowed(60)  # a fallback in force: nothing to watch
+    assert q.watch is None
+
+
+def test_one_round_times_each_plan_in_one_turn(monkeypatch) -> None:
+    pol, seen = run(monkeypatch, plan_s=0.120, sixteen_s=0.100, none_s=0.200,
+                    tunables=Tunables(trial_rounds=1, uncompressed_far=float("inf")))
+    first = seen.index(INT8)
+    one = STEPS + Tunables().skip
+    assert blocks(seen[first:])[:3] == [(INT8, one), ("fp16", one), ("none", one)], seen
+    assert pol._trial.result["rounds"] == 1 and seen[-1] == "fp16"
 
 
 def test_uncompressed_priced_far_slower_is_not_timed(monkeypatch) -> None:

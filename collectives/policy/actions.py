@@ -110,6 +110,7 @@ def decide(p: Parts, now: Now, reason: str) -> None:
         journal.unsaved = True
         journal.log.append({"step": step, "event": "collective latency measured",
                             "latency_us": {k: v * 1e6 for k, v in seconds.items()}})
+    p.trial.abandon(dec)  # (a trial under way times what the decision replaces)
     old = dict(dec.decisions)
     before = p.quality.before(comm, step)  # (collective when the check is on)
     out = dec.decide(comm, p.layout, p.probing.measurements, cost, fixed, now.hierarchy)
@@ -140,11 +141,13 @@ def time_plan(p: Parts, now: Now) -> None:
     outcome = p.trial.advance(now.comm, now.step, p.decider, p.quality.safe())
     p.journal.log.append({"step": now.step, "event": f"trial: {outcome}",
                           **(p.trial.result or {})})
-    if now.comm.rank == 0 and outcome in ("kept", "16 bits", "uncompressed"):
+    if outcome == "below 16 bits":  # layers below 16 bits the decision did not send so
+        p.quality.narrowed(now.step)
+    if now.comm.rank == 0 and not outcome.startswith("timing"):
         r = p.trial.result or {}
         times = ", ".join(f"{r[k] * 1e3:.1f} ms {w}" for k, w in (
             ("plan_s", "under the plan"), ("sixteen_s", "at 16 bits"),
-            ("none_s", "uncompressed")) if k in r)
+            ("narrow_s", "below 16 bits"), ("none_s", "uncompressed")) if k in r)
         log.info("step %d: measured a step %s: %s kept", now.step, times,
                  "the plan" if outcome == "kept" else outcome)
 

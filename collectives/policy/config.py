@@ -45,9 +45,11 @@ class AutoConfig:
     #: every option of lower error by more than this to be considered (on a tie the lower
     #: error wins), and regrouping a bucket must save more than this.
     min_gain: float = 2e-6
-    #: The share of the time a candidate of more error must save to be taken (over a plan of
-    #: less error, and over the last decision when deciding again): timing on shared cores
-    #: varies by tens of percent from run to run, and a smaller gain would flip decisions.
+    #: The share of the predicted time a candidate of more error must save to be taken (over
+    #: a plan of less error, and over the last decision when deciding again): timing on shared
+    #: cores varies by tens of percent from run to run, and a smaller gain would flip
+    #: decisions. A prediction only: the trial times the plan below 16 bits beside it and
+    #: keeps what the steps show (``trial_steps``).
     margin: float = 0.1
     #: Layers smaller than this are sent uncompressed and never profiled: 16384 float32
     #: elements are 64 KiB, under a millisecond at 1 Gbit/s, so compressing them saves less
@@ -84,10 +86,11 @@ class AutoConfig:
     loss_ratio: float = 0.5
     #: Reported steps each window needs for the check (fewer: no check).
     loss_samples: int = 10
-    #: Steps a decision that sends layers below 16 bits is timed for, and as many with those
-    #: layers at 16 bits after it; the plan is kept only if its median step is clearly
-    #: faster (``trial``: by twice the measured noise and 3% at least, ``margin`` at most).
-    #: 0 trusts the prediction.
+    #: Steps a decision is timed for, and as many for each plan beside it (its layers below
+    #: 16 bits at 16, its layers of 16 bits below 16 within the budget, every layer
+    #: uncompressed), the plans taking turns; a plan of more error is kept only where its
+    #: median step is clearly faster (``trial``: by twice the measured noise and 3% at
+    #: least). 0 trusts the prediction.
     trial_steps: int = 6
     #: The numbers below these settings, each with the reason for its default (``tunables``):
     #: set in code (``AutoConfig(tunables=Tunables(shift=0.1))``), not in a spec string.

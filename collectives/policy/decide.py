@@ -42,6 +42,9 @@ class Outcome:
     error: float
     rows: list[dict[str, Any]] = field(default_factory=list)
     uncompressed: float = 0.0
+    #: The plan with its layers of 16 bits sent below 16 where the budget allows
+    #: (:func:`narrowed`): what the trial times beside it, since the price can be wrong.
+    narrow: list[int] = field(default_factory=list)
 
 
 def unmeasured(layer: Layer, cands: tuple[str, ...]) -> np.ndarray:
@@ -163,11 +166,12 @@ def decide(comm: Communicator, cfg: AutoConfig, table: Table, live: Mapping[Hash
         if keeps_standing(total, old_total, cfg):
             wanted = [c if c != o else None for c, o in zip(pick, old, strict=True)]
             pick = old
-    pick = plan.agreed(comm, pick)
+    both = plan.agreed(comm, pick + narrowed(pick, cands, times, errors, budget))
+    pick, narrow = both[:len(pick)], both[len(pick):]
     out = Outcome(pick, plan.step_time(pick, body, fixed, buckets, alone),
                   math.sqrt(sum(errors[i][c] for i, c in enumerate(pick))),
                   uncompressed=plan.step_time([cands.index("none")] * len(pick), body, fixed,
-                                              buckets, alone))
+                                              buckets, alone), narrow=narrow)
     # Each layer's part of the step: the small and unmeasured ones were never profiled.
     profiled = [lay.numel >= cfg.min_numel and seen for lay, seen in zip(layers, measured,
                                                                          strict=True)]
@@ -184,6 +188,31 @@ def decide(comm: Communicator, cfg: AutoConfig, table: Table, live: Mapping[Hash
                                    report.Verdicts(grew[i], over[i], rel[i], crit.unbounded[i],
                                                    crit.blocked[i]), slack, wanted[i])}
                 for i, (lay, c, row) in enumerate(zip(layers, pick, rows, strict=True))]
+    return out
+
+
+def narrowed(pick: list[int], cands: tuple[str, ...], times: list[list[float]],
+             errors: list[list[float]], budget: float) -> list[int]:
+    """``pick`` with layers it sends in 16 bits sent below 16 instead, each with its candidate
+    of least error below 16 bits not ruled out for it, the smallest added errors first while
+    the total stays within ``budget``. The price of a plan is a model (codec speeds measured
+    alone, a fitted link, an assumed overlap): where it keeps 16 bits by a few percent, or by
+    the margin a prediction must clear, the steps may still be faster below 16 bits, so the
+    trial times this plan too. The same as ``pick`` where nothing can move."""
+    spent = sum(errors[i][c] for i, c in enumerate(pick))
+    moves = []
+    for i, c in enumerate(pick):
+        if cands[c] == "none" or not criterion.sixteen(cands[c]):
+            continue
+        below = [d for d, spec in enumerate(cands) if spec != "none"
+                 and not criterion.sixteen(spec) and math.isfinite(times[i][d])]
+        if below:
+            d = min(below, key=lambda j: errors[i][j])
+            moves.append((errors[i][d] - errors[i][c], i, d))
+    out = list(pick)
+    for extra, i, d in sorted(moves):
+        if spent + extra <= budget:
+            out[i], spent = d, spent + extra
     return out
 
 

@@ -35,7 +35,7 @@ class Decider(Part):
 
     KEYS = {"decisions": "decisions", "rows": "rows", "total_error": "total_error",
             "collective_s": "collective_s", "_last_eval": "last", "_regime": "regime",
-            "_live_used": "live_used"}
+            "_live_used": "live_used", "_narrow": "narrow"}
 
     def __init__(self, config: AutoConfig) -> None:
         self.config = config
@@ -48,6 +48,9 @@ class Decider(Part):
         self.last: int | None = None  # the step of the last decision
         self.regime = False  # the gradient norm's regime changed since
         self.live_used: dict[Hashable, float] = {}  # the live norms it was priced with
+        #: The layers the last decision sends in 16 bits that could go below 16 within the
+        #: budget, and how (``decide.narrowed``): the trial times them so.
+        self.narrow: dict[str, str] = {}
         self.signals = Signals(config.window, config.threshold)
 
     def choose(self, layer: Layer) -> str:
@@ -166,6 +169,9 @@ class Decider(Part):
         for row in out.rows:
             if row["numel"] < small and row["compressor"] != "none":
                 row.update(compressor="none", bytes=4 * max(row["numel"], 1))
+        self.narrow = {lay.name: cands[n] for lay, c, n in zip(layers, out.pick, out.narrow,
+                                                                 strict=True)
+                       if n != c and lay.numel >= small}
         self.collective_s = dict(zip(cands, fixed, strict=True))
         self.rows, self.total_error = out.rows, out.error
         self.predicted = (out.total, out.uncompressed)
@@ -179,13 +185,16 @@ class Decider(Part):
 
     def phases(self, old: Mapping[str, str]) -> list[str]:
         """What the decisions are timed against (``trial``): 16 bits where they send some
-        layer below 16 bits that ``old`` did not; uncompressed where they compress a layer
-        ``old`` sent whole, or on the first decision (``old`` empty) where they compress
+        layer below 16 bits that ``old`` did not; below 16 bits where some layer they send in
+        16 could go below within the budget (``narrow``); uncompressed where they compress a
+        layer ``old`` sent whole, or on the first decision (``old`` empty) where they compress
         any: a link that makes even fp16's cast dear is found by measuring. Not uncompressed
         where the cost model prices it more than ``tunables.uncompressed_far`` times the plan's
         communication: the bytes' time is what the fitted link knows best, and on a slow link
         those steps would only cost (mlp-wide at 1 Gbit/s: 7 steps of 437 against 299 ms)."""
         out = ["sixteen"] if self.narrower(old) else []
+        if self.narrow:
+            out.append("narrow")
         plan_s, none_s = self.predicted
         if none_s > self.config.tunables.uncompressed_far * plan_s > 0:
             return out  # priced far slower: its steps would cost start-up, not inform
@@ -201,13 +210,17 @@ class Decider(Part):
         already sent as ``spec``); their names."""
         held = sorted(n for n, s in self.decisions.items()
                       if (s != spec if wide else not sixteen(s)))
-        for n in held:
-            self.decisions[n] = spec
+        self.send(dict.fromkeys(held, spec), why)
+        return held
+
+    def send(self, specs: Mapping[str, str], why: str) -> None:
+        """Send each layer named in ``specs`` as it says, its row of the table too."""
+        self.decisions.update(specs)
         for row in self.rows:
-            if row["layer"] in held:
+            spec = specs.get(row["layer"])
+            if spec is not None:
                 row.update(compressor=spec, why=why, bytes=int(
                     compressors.get(spec).payload_nbytes(row["numel"]) or row["bytes"]))
-        return held
 
     def table(self, layout: Layout) -> str:
         """The last decision (``report.render``), or what is sent until the first."""

@@ -51,7 +51,8 @@ def trend(means: np.ndarray, samples: int) -> tuple[float, float] | None:
 class Quality(Part):
     """This rank's reported losses, the check under way and the fallback in force."""
 
-    KEYS = {"_losses": "losses", "_watch": "watch", "_fallback": "fallback"}
+    KEYS = {"_losses": "losses", "_watch": "watch", "_fallback": "fallback",
+            "_loss_before": "before_last"}
 
     def __init__(self, config: AutoConfig) -> None:
         self.config = config
@@ -60,6 +61,8 @@ class Quality(Part):
         self.watch: dict[str, Any] | None = None
         #: The fallback in force: when, after which decision, and the trends compared.
         self.fallback: dict[str, Any] | None = None
+        #: The trend before the last decision (a check armed later compares with it).
+        self.before_last: list[float] | None = None
 
     def add(self, step: int, loss: float) -> None:
         """This rank's training loss of ``step`` (a non-finite one says nothing)."""
@@ -111,9 +114,17 @@ class Quality(Part):
                 decider.hold(self.safe(), "quality fell behind")
                 return "held"
             self.fallback, out = None, "recovered"
-        self.watch = {"step": step, "before": list(before)} \
+        self.before_last = list(before) if before is not None else None
+        self.watch = {"step": step, "before": self.before_last} \
             if before is not None and decider.narrower(old) else None
         return out
+
+    def narrowed(self, step: int) -> None:
+        """The trial kept a plan sending layers below 16 bits that the decision sent in 16:
+        watch the window from ``step`` against the trend before the decision (when the check
+        is on)."""
+        if self.before_last is not None and self.fallback is None:
+            self.watch = {"step": step, "before": list(self.before_last)}
 
     def due(self, step: int) -> bool:
         """Whether the window after the decision watched has ended at ``step``."""

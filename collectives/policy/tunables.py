@@ -25,6 +25,9 @@ class Tunables:
     norm_every: int = 4
     #: Steps after a trial's switch not counted: the first regroups buffers (``trial``).
     skip: int = 1
+    #: Rounds a trial's timings take turns in (``trial``): the plans alternate, so that a
+    #: drift of a shared machine falls on each alike; each switch costs a step not counted.
+    trial_rounds: int = 2
     #: The least share of the simpler plan's step a plan of more error must save in a trial,
     #: however tightly measured: below 3% a shared machine's drift, not the plan, decides.
     min_share: float = 0.03
