@@ -89,3 +89,17 @@ def test_diloco_a_peer_dying_mid_background_sync_fails_every_survivors_step() ->
     res = torchrun("diloco_dead_peer.py", 3, timeout=180)
     survivors_passed(res, "torchrun diloco dead peer", 2)
     assert len(re.findall(r"rank [01] raised ", res.stdout)) == 2, res.stdout[-6000:]
+
+
+def test_diloco_auto_compressor_sends_8_bits_only_where_the_link_prices_them_cheaper() -> None:
+    """``compressor="auto"`` pinned on fitted links, never on this machine's: 8 bits over 1
+    Gbit/s, float32 over shared memory, float32 where coding costs more than the bytes
+    save, and float32 on one rank."""
+    from collectives.costparams import CostParams
+    from collectives.optim.diloco import AUTO_COMPRESSOR, compressor_for
+    gbit, shm = CostParams(50e-6, 8e-9, 1e-10), CostParams(2e-6, 1e-10, 1e-10)
+    n = 1 << 20  # 4 MiB of float32: 51 ms a ring allreduce at 1 Gbit/s over 4 ranks, 13 at 8 bits
+    assert compressor_for(4, n, 2e-3, gbit) == AUTO_COMPRESSOR
+    assert compressor_for(4, n, 2e-3, shm) == "none"
+    assert compressor_for(4, n, 25e-3, gbit) == "none"  # 50 ms of coding against 38 saved
+    assert compressor_for(1, n, 0.0, gbit) == "none"

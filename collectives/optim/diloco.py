@@ -64,6 +64,26 @@ PROBE = 5
 AUTO_COMPRESSOR = "uniform:bits=8"
 
 
+def compressor_for(p: int, n: int, codec_s: float, cost: costmodel.CostParams) -> str:
+    """What ``compressor="auto"`` sends a pseudo-gradient of ``n`` float32 values in over
+    ``p`` ranks: ``AUTO_COMPRESSOR`` where the cost model's ring prices its payload plus its
+    coding twice (``codec_s``: one encode and decode, the slowest rank's; each rank codes its
+    own and the sum) below the float32 sync, else "none". One rank: "none".
+
+    >>> from collectives.costparams import CostParams
+    >>> gbit = CostParams(50e-6, 8e-9, 1e-10)   # 1 Gbit/s
+    >>> shm = CostParams(2e-6, 1e-10, 1e-10)    # shared memory
+    >>> compressor_for(4, 1 << 20, 2e-3, gbit), compressor_for(4, 1 << 20, 2e-3, shm)
+    ('uniform:bits=8', 'none')
+    """
+    if p <= 1:
+        return "none"
+    dense = costmodel.predict("ring", p, 4 * n, cost)
+    wire = compressors.get(AUTO_COMPRESSOR).payload_nbytes(n) or n
+    return AUTO_COMPRESSOR if costmodel.predict("ring", p, wire, cost) + 2 * codec_s < dense \
+        else "none"
+
+
 @dataclass
 class _Sync:
     """A sync sent: its pseudo-gradient (the ranks' average once exchanged), the local
@@ -377,11 +397,7 @@ class DiLoCo:
         comp.decompress(comp.compress(host, name="probe", step=0))
         mine = np.array([time.perf_counter() - t0], np.float64)
         codec = float(api.allreduce(mine, op="max", comm=self.comm, timeout=self.timeout)[0])
-        p, n = self.comm.size, flat.numel()
-        dense = costmodel.predict("ring", p, 4 * n, cost)
-        wire = comp.payload_nbytes(n) or n
-        return AUTO_COMPRESSOR if costmodel.predict("ring", p, wire, cost) + 2 * codec < dense \
-            else "none"
+        return compressor_for(self.comm.size, flat.numel(), codec, cost)
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

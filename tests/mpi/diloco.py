@@ -193,8 +193,9 @@ def auto(chk: Checker) -> None:
         chk.check(got.outer_settings == want and got.outer.param_groups[0]["nesterov"]
                   == (want[1] > 0), f"{kwargs}: outer step {got.outer_settings}, want {want}")
     chk.identical(np.array([opt.sync_every or 0, opt.syncs]), "auto: the same H and syncs")
-    chk.check(opt.compressor in ("none", "uniform:bits=8,bucket_size=512,seed=0,"
-                                 "stochastic=True"), f"auto compressor {opt.compressor}")
+    # (which one the link prices cheaper: tests/test_optim.py, on pinned links)
+    chk.identical(np.frombuffer(opt.compressor.ljust(64).encode(), np.uint8),
+                  f"auto: one compressor on every rank ({opt.compressor})")
 
 
 def slow_rank(chk: Checker) -> None:
