@@ -123,3 +123,46 @@ def test_the_value_builds_the_schemes_state():
     assert (ctx.name, ctx.step, ctx.algorithm, ctx.sparse_algorithm, ctx.k) == \
         ("w", 2, "ring", "gtopk", 7)
     assert ctx.acc == np.float64
+
+
+def test_a_warm_call_takes_its_route_without_deciding_again(monkeypatch):
+    """The first call of a kind decides its levels and scheme (collective set-up: topology,
+    the model's fit, tuning); the next calls of that kind on the communicator reuse the
+    route, calling none of them, and give the same bits as a cold call."""
+    from tests.nccl_order import World
+    calls: dict[str, int] = {}
+
+    def counted(name, fn):
+        def wrapper(*a, **k):
+            calls[name] = calls.get(name, 0) + 1
+            return fn(*a, **k)
+        return wrapper
+
+    monkeypatch.setattr(core, "choose", counted("choose", core.choose))
+    monkeypatch.setattr(core.hierarchical, "levels", counted("levels", core.hierarchical.levels))
+    monkeypatch.setattr(core.tuning, "ready", counted("ready", core.tuning.ready))
+    monkeypatch.setattr(core.two_level, "prepare", counted("prepare", core.two_level.prepare))
+    x = np.linspace(-1, 1, 1009, dtype=np.float32)
+
+    def twice(comm):
+        first = collectives.allreduce(x, comm=comm, compressor="uniform:bits=8", name="w")
+        cold = dict(calls)
+        again = collectives.allreduce(x, comm=comm, compressor="uniform:bits=8", name="w")
+        return first, again, cold
+
+    world = World(2, ordered=False)
+    outs = world.run(twice)
+    assert calls == {"choose": 2, "levels": 2, "ready": 2, "prepare": 2}, calls
+    assert all(np.array_equal(o[0], o[1]) for o in outs)
+    assert len(world.comms[0].cache.routes) == 1
+    # another kind (another size) decides its own route
+    world.run(lambda comm: collectives.allreduce(x[:1000], comm=comm,
+                                                 compressor="uniform:bits=8"))
+    assert calls["choose"] == 4 and len(world.comms[1].cache.routes) == 2
+
+
+def test_a_resolved_scheme_is_not_checked_again():
+    call = Compression("topk:ratio=0.01", name="w")
+    assert call.resolved("auto") is call
+    got = call.resolved("sparse")
+    assert got.scheme == "sparse" and got.name == "w" and call.scheme == "auto"

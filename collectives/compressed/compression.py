@@ -10,6 +10,7 @@ across ranks (:meth:`fields`), the levels, the scheme and its per-call state all
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from dataclasses import dataclass, field
@@ -126,6 +127,15 @@ class Compression:
         """This value with some fields changed (``at(name="w@shard0", step=4)``), checked
         again."""
         return dataclasses.replace(self, **changes)
+
+    def resolved(self, scheme: str) -> Compression:
+        """This value with "auto" resolved to ``scheme``, one the route chose among the
+        schemes the compressor can use (so not checked again)."""
+        if scheme == self.scheme:
+            return self
+        out = copy.copy(self)
+        object.__setattr__(out, "scheme", scheme)
+        return out
 
     def fields(self, op: str, algorithm: str, count: int, dtype: DType) -> dict[str, int]:
         """Every argument that changes what the ranks exchange, as ints every rank must share

@@ -83,6 +83,8 @@ class CommCache:
     workspace: dict = field(default_factory=dict)
     #: the same for device codecs' buffers (``collectives.compressed.ondevice``)
     device_workspace: dict = field(default_factory=dict)
+    #: the routes of compressed calls, by their kind (``collectives.core.route``)
+    routes: dict = field(default_factory=dict)
     #: each compressor's measured speed and payload size, for scheme="auto"
     #: (``collectives.compressed.select.measure``)
     compressor_speed: dict = field(default_factory=dict)
