@@ -15,10 +15,11 @@ each, at 1 Gbit/s 8 bits save less than a codec call costs, and it sends 16 bits
 
 What this pins, and what it does not: the first decision of one process, from 30 steps of
 its own gradients, priced with pinned costs. It does not pin what a training run ends up
-sending. In a run, the trial times the plan against 16 bits on the real steps and the loss
-check can hold layers at 16 bits; in the committed 4 hosts x 1 rank runs at 1 Gbit/s
-(``bench/results/tta/tta_link1g_4x1_all``) mlp-wide and vit were sent in fp16 that way. That
-behaviour is reported by those results, not asserted here.
+sending. A run decides from every rank's gradients and the fitted link, the trial times its
+plan on the real steps and the loss check can hold layers at 16 bits: in the committed
+4 hosts x 1 rank runs at 1 Gbit/s (``bench/results/tta/tta_link1g_4x1_all``) mlp-wide and vit
+were sent in fp16 (each table says why, layer by layer). That behaviour is reported by those
+results, not asserted here.
 """
 
 from __future__ import annotations
