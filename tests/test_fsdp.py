@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.mpirun import passed, torchrun
+from tests.mpirun import passed, torchrun, torchrun_together
 from tests.test_backend_torchrun import survivors_passed
 
 pytestmark = pytest.mark.mpi
@@ -32,3 +32,18 @@ def test_on_two_hosts_the_reduce_scatter_compresses_only_across_hosts(layout: st
     res = torchrun("fsdp_two_level.py", 4, layout, timeout=280)
     passed(res, f"torchrun fsdp two-level {layout}")
     assert "fsdp two-level training losses:" in res.stdout
+
+
+FSDP_DEADLINES = ["group", "arg"]
+
+
+@pytest.fixture(scope="module")
+def fsdp_deadlines() -> dict:
+    """Both cases at once: their ranks mostly wait out a deadline (3 and 6 s)."""
+    return torchrun_together("fsdp_deadline.py", 2, FSDP_DEADLINES, timeout=180)
+
+
+@pytest.mark.parametrize("case", FSDP_DEADLINES)
+def test_the_reduce_scatter_waits_the_process_groups_timeout_unless_told_otherwise(
+        case: str, fsdp_deadlines: dict) -> None:
+    passed(fsdp_deadlines[case], f"torchrun fsdp deadline {case}")
