@@ -15,7 +15,10 @@ own of what it owns:
   alone says which tensor a call reduces; the backend, whose calls are named only by size,
   scopes them by the tensor (``<numel>:<dtype>#<slot>``: the slot counts, in order of first
   use, the distinct buffers of that size, the same on every rank and in every run), and keeps
-  at most ``max_scopes`` of them, the least recently used dropped first;
+  at most ``max_scopes`` of them, the least recently used dropped first. A front door that
+  names its calls by its model's own names (a DDP state) takes an owner scope
+  (:meth:`owner_scope`): ``""`` for the first one, ``ddp#<i>`` for the i-th after it, so two
+  models whose parameters share names never share a residual; owner scopes are never dropped;
 * ``min_numel`` (``config.MIN_NUMEL``): smaller tensors go uncompressed;
 * **validate-once**: the ranks compare a call's arguments the first time a name is sent
   (:meth:`validate_once`), and each call name's step count (:meth:`next_step`);
@@ -87,9 +90,11 @@ class Session:
         self._comps: dict[str, compressors.Compressor] = dict(self.policy.instances())
         self._store: OrderedDict[tuple[str, str], compressors.ErrorFeedback] = OrderedDict()
         self._steps: dict[str, int] = {}
-        self._validated: set[tuple[str, str, int]] = set()
+        self._validated: set[tuple[str, str, str, int]] = set()
         #: scopes dropped past ``max_scopes`` (their residuals lost)
         self.evicted = 0
+        self._owners: dict[str, int] = {}  # owner scopes handed out, by kind
+        self._owned: set[str] = set()  # those scopes (never dropped past max_scopes)
 
     # -- the policy's one compressor -------------------------------------------------------
     @property
@@ -128,11 +133,24 @@ class Session:
             return fb
         fb = self._store[key] = compressors.ErrorFeedback(self.compressor(spec))
         if scope and self.max_scopes is not None:  # a scope was made: one may be one too many
-            scoped = [k for k in self._store if k[1]]
+            scoped = [k for k in self._store if k[1] and k[1] not in self._owned]
             for old in scoped[:max(0, len(scoped) - self.max_scopes)]:
                 del self._store[old]
                 self.evicted += 1
         return fb
+
+    def owner_scope(self, kind: str) -> str:
+        """A scope of its own for a new front door of ``kind`` that names its calls by its
+        model's names (a DDP state): ``""`` for the first one, ``"<kind>#<i>"`` for the i-th
+        after it (the same on every rank and in every run that makes them in the same order).
+        Owner scopes do not count against ``max_scopes``."""
+        if not kind or "#" in kind or "|" in kind:
+            raise ValueError(f"an owner kind is a word without '#' or '|', got {kind!r}")
+        i = self._owners[kind] = self._owners.get(kind, -1) + 1
+        scope = f"{kind}#{i}" if i else ""
+        if scope:
+            self._owned.add(scope)
+        return scope
 
     def held(self, spec: str, scope: str = "") -> compressors.ErrorFeedback | None:
         """The error feedback of ``spec`` in ``scope`` if one was made, else None (makes
@@ -149,10 +167,10 @@ class Session:
         return list(dict.fromkeys(scope for _, scope in self._store if scope))
 
     # -- validate-once and steps -------------------------------------------------------------
-    def validate_once(self, name: str, spec: str, numel: int) -> bool:
+    def validate_once(self, name: str, spec: str, numel: int, scope: str = "") -> bool:
         """Whether the ranks should compare this call (the first time ``name`` is sent with
-        ``spec`` and ``numel``), not every step."""
-        key = (name, spec, numel)
+        ``spec`` and ``numel`` in ``scope``), not every step."""
+        key = (scope, name, spec, numel)
         first = key not in self._validated
         self._validated.add(key)
         return first

@@ -55,6 +55,17 @@ def test_scopes_past_the_bound_are_dropped_least_recently_used_first() -> None:
     assert s.scopes() == ["a", "c"] and s.held(s.spec) is not None
 
 
+def test_owner_scopes_are_one_per_front_door_and_never_dropped() -> None:
+    s = Session(SPEC, max_scopes=1)
+    assert [s.owner_scope("ddp"), s.owner_scope("ddp"), s.owner_scope("ddp")] == \
+        ["", "ddp#1", "ddp#2"]
+    s.feedback(s.spec, "ddp#1"), s.feedback(s.spec, "a"), s.feedback(s.spec, "b")
+    assert s.scopes() == ["ddp#1", "b"] and s.evicted == 1  # only "a" counted and dropped
+    assert s.validate_once("w", SPEC, 10, "ddp#1") and s.validate_once("w", SPEC, 10)
+    with pytest.raises(ValueError, match="owner kind"):
+        s.owner_scope("a|b")
+
+
 def test_min_numel_steps_and_validate_once() -> None:
     s = Session(SPEC)
     assert s.min_numel == MIN_NUMEL and not s.compresses(MIN_NUMEL - 1) and s.compresses(MIN_NUMEL)

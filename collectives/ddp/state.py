@@ -38,7 +38,8 @@ class CompressionState:
     below the flat call, full precision inside the host and the compressor only on what
     crosses hosts; "flat"; "two_level": always, 16-bit buckets included, which then leave
     the fast path of the engine's flat allreduce). Internal state: the step counter,
-    error-feedback residuals, PowerSGD warm starts, the policy's decisions.
+    error-feedback residuals (in the state's own ``scope`` of the session's store: states
+    sharing a session never share a residual), PowerSGD warm starts, the policy's decisions.
     Pickling leaves the process group, the communicator and the thread out.
     """
 
@@ -58,6 +59,9 @@ class CompressionState:
             self.session = policy
         else:
             self.session = Session(policy, error_feedback=error_feedback)
+        #: this state's scope in the session's residual store (its own, should another state
+        #: share the session: two models may both have a parameter named "fc.weight")
+        self.scope = self.session.owner_scope("ddp")
         self.process_group = process_group
         self.start_step = start_step
         self.timeout, self.scheme, self.algorithm, self.plain = timeout, scheme, algorithm, plain
@@ -164,7 +168,15 @@ class CompressionState:
         return self.session.compressor(spec)
 
     def feedback(self, spec: str) -> compressors.ErrorFeedback | None:
-        return self.session.feedback(spec)
+        return self.session.feedback(spec, self.scope)
+
+    def held(self, spec: str) -> compressors.ErrorFeedback | None:
+        """This state's error feedback of ``spec`` if one was made (makes nothing)."""
+        return self.session.held(spec, self.scope)
+
+    def feedbacks(self) -> list[compressors.ErrorFeedback]:
+        """This state's error feedbacks (of every spec)."""
+        return [fb for _, scope, fb in self.session.feedbacks() if scope == self.scope]
 
     def layer(self, param: Any, fallback: str) -> Layer:
         name = self._names.get(id(param)) or self._names.get(param.data_ptr()) or fallback
@@ -255,7 +267,7 @@ class CompressionState:
         """The groups' residuals back to the per-parameter pool (device ones copied first),
         for the groups that replace them."""
         for g in groups:
-            fb = self.session.held(g.spec)
+            fb = self.held(g.spec)
             if fb is not None:
                 held = [g.name, f"{g.name}@owner"]  # only these: not every residual per group
                 device_feedback.export_residuals(fb, held)
@@ -267,7 +279,7 @@ class CompressionState:
 
     def validate_once(self, name: str, spec: str, numel: int) -> bool:
         """Check agreement across ranks the first time a group is sent, not every step."""
-        return self.session.validate_once(name, spec, numel)
+        return self.session.validate_once(name, spec, numel, self.scope)
 
     def busy(self) -> bool:
         """Whether the background thread has jobs queued or running (their collectives may
@@ -297,13 +309,13 @@ class CompressionState:
         into their parameters' pieces, with those waiting for their group), and the ones tied
         to a group's chunking under ``"spec|name"`` (owner-side ``name@owner`` as ``name``, a
         two-level call's ``name@shard<i>[@owner]`` as they are)."""
-        for _, _, fb in self.session.feedbacks():  # device residuals copied back first
+        for fb in self.feedbacks():  # device residuals copied back first
             device_feedback.export_residuals(fb)
         per_param = {k: np.array(v) for k, v in self._pool.items()}
         chunked: dict[str, np.ndarray] = {}
         for _, groups in self._groups.values():
             for g in groups:
-                fb = self.session.held(g.spec)
+                fb = self.held(g.spec)
                 if fb is None:
                     continue
                 res = fb.residuals.get(g.name)
@@ -324,7 +336,7 @@ class CompressionState:
         chunked ones go back to their compressor's error feedback."""
         self._groups.clear()
         self.quick.clear()
-        for _, _, fb in self.session.feedbacks():
+        for fb in self.feedbacks():
             fb.residuals.clear()
         self._pool = per_param
         for key, res in chunked.items():

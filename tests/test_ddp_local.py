@@ -1,0 +1,60 @@
+"""DDP compression hook in one process (a gloo group of one rank): what the hook does with its
+state, its session and its model, before and around the collectives."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+import collectives.ddp as cddp  # noqa: E402
+from collectives import Session  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+SPEC = "uniform:bits=4"
+
+
+@pytest.fixture(autouse=True)
+def group() -> Iterator[None]:
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _model(width: int = 64) -> torch.nn.Module:
+    torch.manual_seed(0)  # the same weights in every call: the same parameter names too
+    return torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Linear(width, 4))
+
+
+def _grads(model: DDP, seed: int, width: int = 64) -> list[torch.Tensor]:
+    """One backward pass on data drawn from ``seed``; the averaged gradients."""
+    x = torch.randn(8, width, generator=torch.Generator().manual_seed(seed))
+    model.zero_grad()
+    model(x).sum().backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def _hooked(state: cddp.CompressionState, width: int = 64) -> DDP:
+    model = DDP(_model(width))
+    model.register_comm_hook(state.bind(model), cddp.compression_hook)
+    return model
+
+
+def test_two_states_sharing_a_session_keep_their_residuals_apart() -> None:
+    shared = Session(SPEC, min_numel=0)
+    one, two = cddp.CompressionState(policy=shared), cddp.CompressionState(policy=shared)
+    _grads(_hooked(one), seed=1)  # leaves residuals under the same parameter names
+    got = _grads(_hooked(two), seed=2)
+    alone = _grads(_hooked(cddp.CompressionState(policy=Session(SPEC, min_numel=0))), seed=2)
+    for g, want in zip(got, alone, strict=True):  # nothing of the first model's error
+        assert torch.equal(g, want)
+    assert (one.scope, two.scope) == ("", "ddp#1")
+    assert one.feedbacks() and two.feedbacks() and one.feedbacks() != two.feedbacks()
+    assert set(one.residuals()[0]) == set(two.residuals()[0])  # the same names, two stores
