@@ -58,3 +58,39 @@ def test_two_states_sharing_a_session_keep_their_residuals_apart() -> None:
     assert (one.scope, two.scope) == ("", "ddp#1")
     assert one.feedbacks() and two.feedbacks() and one.feedbacks() != two.feedbacks()
     assert set(one.residuals()[0]) == set(two.residuals()[0])  # the same names, two stores
+
+
+def _sent(state: cddp.CompressionState) -> set[str]:
+    """The specs the hook's groups went out in."""
+    return {spec for rec in state.timeline for _, spec, _ in rec.get("groups", [])}
+
+
+@pytest.mark.parametrize(("min_numel", "compressed"), [(10**9, False), (4421, False),
+                                                       (4420, True), (0, True)])
+def test_the_hook_leaves_groups_under_the_sessions_min_numel_uncompressed(
+        min_numel: int, compressed: bool) -> None:
+    plain = DDP(_model())
+    state = cddp.CompressionState(policy=Session(SPEC, min_numel=min_numel))
+    hooked = _hooked(state)
+    # one bucket: 64*64 + 64 + 4*64 + 4 = 4420 elements in one 4-bit group, else none
+    for seed in (1, 2):  # DDP's initial buckets, then its rebuilt ones
+        want, got = _grads(plain, seed), _grads(hooked, seed)
+    assert _sent(state) == ({Session(SPEC).spec} if compressed else {"none"})
+    if not compressed:  # DDP's average, bit for bit (one rank)
+        assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+def test_a_policy_given_without_a_session_compresses_small_groups() -> None:
+    state = cddp.CompressionState(policy=SPEC)
+    _grads(_hooked(state), seed=1)
+    assert state.session.min_numel == 0 and _sent(state) == {Session(SPEC).spec}
+
+
+def test_a_layer_sent_alone_is_measured_alone_against_min_numel() -> None:
+    state = cddp.CompressionState(policy=Session("powersgd:rank=1", min_numel=300))
+    _grads(_hooked(state), seed=1)
+    spec = Session("powersgd:rank=1").spec
+    went = {member: sp for rec in state.timeline for _, sp, members in rec.get("groups", [])
+            for member in members}
+    # the 64x64 matrix alone; the 4x64 one (256) and the biases together (68) under 300
+    assert went == {"0.weight": spec, "1.weight": "none", "0.bias": "none", "1.bias": "none"}

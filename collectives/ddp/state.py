@@ -26,7 +26,10 @@ class CompressionState:
     Hyperparameters: ``process_group`` (a torch process group, or an mpi4py communicator or
     ``collectives.Communicator`` to use instead of one; None: torch's default group),
     ``policy`` (a compressor spec, a Compressor, rules, a table, "auto", a Policy, or a
-    :class:`collectives.Session`, which also carries ``error_feedback`` and ``hierarchy``),
+    :class:`collectives.Session`, which also carries ``error_feedback``, ``hierarchy`` and
+    ``min_numel``: a group of fewer elements, a layer sent alone or the layers of a bucket
+    that share a compressor, goes uncompressed; a policy given without a session has no such
+    bound, ``min_numel=0``),
     ``error_feedback``, ``start_step`` (steps sent uncompressed first), ``timeout`` (seconds
     per wait; None: the process group's own timeout, see ``deadline``), ``scheme`` and
     ``algorithm`` for compressed groups, ``plain``: the allreduce of uncompressed groups
@@ -58,7 +61,9 @@ class CompressionState:
                                 "beside it")
             self.session = policy
         else:
-            self.session = Session(policy, error_feedback=error_feedback)
+            # no size bound of its own: the policy decides every group (a rule such as
+            # ("numel<16384", "none") keeps small layers uncompressed)
+            self.session = Session(policy, error_feedback=error_feedback, min_numel=0)
         #: this state's scope in the session's residual store (its own, should another state
         #: share the session: two models may both have a parameter named "fc.weight")
         self.scope = self.session.owner_scope("ddp")
@@ -192,7 +197,8 @@ class CompressionState:
                 "policy": self.policy.describe(), "start_step": str(self.start_step),
                 "error_feedback": str(self.error_feedback), "scheme": self.scheme,
                 "algorithm": self.algorithm, "plain": str(self.plain),
-                "hierarchy": self.hierarchy}, self.deadline)
+                "hierarchy": self.hierarchy, "min_numel": str(self.session.min_numel)},
+                self.deadline)
             self._agreed = True
         self.current, self.step = self.step, self.step + 1
         if self.policy.adaptive and self.current >= self.start_step and \
@@ -221,9 +227,9 @@ class CompressionState:
         # The layout an adaptive policy keys its measurements by (a static one ignores it).
         self.policy.see_bucket(index, layers, [str(p.dtype) for p in params])
         out = []
-        for j, (lay, spec) in enumerate(zip(layers, self.policy.choose_bucket(layers),
-                                            strict=True)):
-            if self.compressor(spec).capabilities.allreduce_steps and len(lay.shape) >= 2:
+        specs = self._uncompressed_if_small(layers, self.policy.choose_bucket(layers))
+        for j, (lay, spec) in enumerate(zip(layers, specs, strict=True)):
+            if self._alone(spec, lay):
                 out.append(grouping.Group(spec, lay.name, [(lay.name, lay.numel)],
                                           [ranges[j]], lay.shape))
             else:
@@ -262,6 +268,22 @@ class CompressionState:
                     fb.residuals[g.name] = res
         self._groups[index] = (key, out)
         return out
+
+    def _alone(self, spec: str, lay: Layer) -> bool:
+        """Whether ``lay`` is sent in a group of its own (a low-rank compressor's matrix)."""
+        return self.compressor(spec).capabilities.allreduce_steps and len(lay.shape) >= 2
+
+    def _uncompressed_if_small(self, layers: list[Layer], specs: list[str]) -> list[str]:
+        """``specs`` with ``none`` for the layers whose collective would carry fewer than the
+        session's ``min_numel`` elements (a layer sent alone, else all the bucket's layers of
+        its spec together), as FSDP and the backend leave small tensors uncompressed."""
+        fused: dict[str, int] = {}
+        for lay, spec in zip(layers, specs, strict=True):
+            if not self._alone(spec, lay):
+                fused[spec] = fused.get(spec, 0) + lay.numel
+        return ["none" if spec != "none" and not self.session.compresses(
+                    lay.numel if self._alone(spec, lay) else fused[spec]) else spec
+                for lay, spec in zip(layers, specs, strict=True)]
 
     def _release(self, groups: list[grouping.Group]) -> None:
         """The groups' residuals back to the per-parameter pool (device ones copied first),
