@@ -26,7 +26,7 @@ PACKAGES: dict[str, tuple[Path, int]] = {
 FLOORS: dict[str, int] = {
     # plain data and settings
     "config": 0, "errors": 0, "files": 0, "abort": 0, "version": 0, "costparams": 0,
-    "agreement": 0,
+    "agreement": 0, "moved": 0,
     # transport, buffers and what is written directly on them
     "transport": 1, "buffers": 1, "resultpool": 1, "device": 1, "ops": 1, "topology": 1,
     "validation": 1,

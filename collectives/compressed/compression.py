@@ -21,7 +21,7 @@ from compressors import Compressor, ErrorFeedback
 from compressors.dtypes import DType
 from compressors.payload import checksum_enabled
 
-from .. import ops
+from .. import moved, ops
 from ..agreement import Worded
 from ..algorithms import names as algorithm_names
 from ..algorithms import two_level
@@ -103,6 +103,7 @@ class Compression:
         None when neither names a compressor. Keywords beside a ``Compression`` replace its
         fields."""
         unknown = sorted(set(keywords) - set(KEYWORDS))
+        moved.refuse("allreduce", unknown)  # a keyword it took before: where it went
         if unknown:
             raise TypeError(f"unexpected keyword argument {unknown[0]!r}; a compressed call "
                             f"takes compress= and the keywords {', '.join(KEYWORDS)}")
@@ -186,6 +187,10 @@ def _step(step: Any) -> int:
         raise ValueError(f"step must be an integer in [0, 2**63 - 1] (the ranks compare it as "
                          f"a 64-bit integer), got {int(step)}")
     return int(step)
+
+
+# A keyword the value took before (its generated __init__ would give Python's bare error).
+Compression.__init__ = moved.keywords("Compression")(Compression.__init__)  # type: ignore[method-assign]
 
 
 def _index(options: list[str], value: str) -> Worded:

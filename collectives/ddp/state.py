@@ -10,6 +10,7 @@ import numpy as np
 import compressors
 from compressors import device_feedback
 
+from .. import moved
 from ..config import check_timeout
 from ..policy import Layer, Policy, layer_of, model_layers
 from ..session import Session
@@ -46,6 +47,7 @@ class CompressionState:
     Pickling leaves the process group, the communicator and the thread out.
     """
 
+    @moved.keywords("CompressionState")
     def __init__(self, process_group: Any = None, policy: Any = "uniform:bits=8",
                  error_feedback: bool = True, start_step: int = 0, *,
                  timeout: float | None = None, scheme: str = "auto",

@@ -15,7 +15,7 @@ import numpy as np
 
 from compressors.arrays import is_cupy, is_torch
 
-from .. import costmodel
+from .. import costmodel, moved
 from ..agreement import Worded
 from ..config import defaults
 from ..costparams import CostParams
@@ -135,6 +135,7 @@ def _arguments(indices: Any, values: Any, size: Any, name: str, k: int | None
     return idx, val, acc, back
 
 
+@moved.keywords("sparse_allreduce")
 def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
                       algorithm: str = "auto", dense: bool = True,
                       timeout: float | None = None, validate: bool | None = None) -> Handle:
@@ -180,6 +181,7 @@ def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
     return Handle(steps(), finish, f"sparse_allreduce[{algorithm}]", timeout)
 
 
+@moved.keywords("sparse_allreduce")
 def sparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
                      algorithm: str = "auto", dense: bool = True,
                      timeout: float | None = None, validate: bool | None = None) -> Any:
