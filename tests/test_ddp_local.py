@@ -94,3 +94,23 @@ def test_a_layer_sent_alone_is_measured_alone_against_min_numel() -> None:
             for member in members}
     # the 64x64 matrix alone; the 4x64 one (256) and the biases together (68) under 300
     assert went == {"0.weight": spec, "1.weight": "none", "0.bias": "none", "1.bias": "none"}
+
+
+@pytest.mark.parametrize("policy", ["auto", SPEC])
+def test_a_state_never_bound_stops_at_the_first_hook_call(policy: str) -> None:
+    model = DDP(_model(width=512))
+    state = cddp.CompressionState(policy=policy)
+    model.register_comm_hook(state, cddp.compression_hook)  # bind(model) forgotten
+    with pytest.raises(RuntimeError, match=r"never bound .* Call state\.bind\(model\)"):
+        _grads(model, seed=1, width=512)
+    assert state.step == 0 and not state.timeline  # nothing was sent, nothing counted
+
+
+def test_a_state_unpickled_is_bound_again() -> None:
+    import pickle
+
+    state = cddp.CompressionState(policy=SPEC)
+    model = DDP(_model())
+    assert not state.bound and state.bind(model).bound
+    back = pickle.loads(pickle.dumps(state))
+    assert not back.bound and back.bind(model).bound

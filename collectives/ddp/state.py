@@ -87,6 +87,7 @@ class CompressionState:
         self.quick: dict[int, tuple[Any, list[grouping.Group]]] = {}
         self._pool: dict[str, Any] = {}  # per-parameter residuals waiting for their group
         self._agreed = False  # the ranks compared their settings (at the first hook call)
+        self._bound = False  # bind() learned the model's parameters (the hook refuses before)
         self._comm: Any = None
         self._group_wait: float | None = None  # the process group's timeout (communicator())
         self._worker = Worker()
@@ -128,7 +129,26 @@ class CompressionState:
         self.policy.bind(list(self._layers.values()))
         if self._pool:  # residuals loaded before the model was known
             self._pool = checkpoint.check_pool(self, self._pool)
+        self._bound = True
         return self
+
+    @property
+    def bound(self) -> bool:
+        """Whether :meth:`bind` has learned the model's parameters in this process."""
+        return self._bound
+
+    def require_bound(self) -> None:
+        """RuntimeError unless :meth:`bind` was called: the hook's first check, before any
+        message, so a state registered without it stops at once rather than averaging
+        under made-up layer names (and an adaptive policy profiling layers it never saw)."""
+        if not self._bound:
+            raise RuntimeError(
+                "compression_hook: the CompressionState was never bound to its model. Call "
+                "state.bind(model) with the DistributedDataParallel model before training: "
+                "model.register_comm_hook(state.bind(model), cddp.compression_hook). bind() "
+                "learns the parameters' names and kinds, which the policy chooses by and the "
+                "residuals are kept under (a state unpickled in another process is bound "
+                "again there)")
 
     # -- what the hook uses -------------------------------------------------------------
     def communicator(self) -> Any:
@@ -376,6 +396,7 @@ class CompressionState:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.quick = {}  # keyed by this process's object ids and addresses
+        self._bound = False  # so are the parameter names bind() learned: bind again
         self._worker = Worker()
 
     def state_dict(self) -> dict[str, Any]:
