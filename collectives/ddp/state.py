@@ -395,6 +395,7 @@ class CompressionState:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("scope", "")  # pickled before states had scopes: the first's
         self.quick = {}  # keyed by this process's object ids and addresses
         self._bound = False  # so are the parameter names bind() learned: bind again
         self._worker = Worker()
