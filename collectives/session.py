@@ -15,7 +15,10 @@ own of what it owns:
   alone says which tensor a call reduces; the backend, whose calls are named only by size,
   scopes them by the tensor (``<numel>:<dtype>#<slot>``: the slot counts, in order of first
   use, the distinct buffers of that size, the same on every rank and in every run), and keeps
-  at most ``max_scopes`` of them, the least recently used dropped first;
+  at most ``max_scopes`` of them, the least recently used dropped first. A front door that
+  names its calls by its model's own names (a DDP state) takes an owner scope
+  (:meth:`owner_scope`): ``""`` for the first one, ``ddp#<i>`` for the i-th after it, so two
+  models whose parameters share names never share a residual; owner scopes are never dropped;
 * ``min_numel`` (``config.MIN_NUMEL``): smaller tensors go uncompressed;
 * **validate-once**: the ranks compare a call's arguments the first time a name is sent
   (:meth:`validate_once`), and each call name's step count (:meth:`next_step`);
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,6 +39,7 @@ import numpy as np
 import compressors
 from compressors import device_feedback
 
+from . import session_state
 from .compressed.checks import known_hierarchy
 from .config import MIN_NUMEL
 
@@ -44,8 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Session"]
 
-VERSION = 1
-KEYS = ("version", "steps", "policy", "warm_starts", "feedback")
+VERSION = session_state.VERSION
 
 
 class Session:
@@ -87,9 +90,11 @@ class Session:
         self._comps: dict[str, compressors.Compressor] = dict(self.policy.instances())
         self._store: OrderedDict[tuple[str, str], compressors.ErrorFeedback] = OrderedDict()
         self._steps: dict[str, int] = {}
-        self._validated: set[tuple[str, str, int]] = set()
+        self._validated: set[tuple[str, str, str, int]] = set()
         #: scopes dropped past ``max_scopes`` (their residuals lost)
         self.evicted = 0
+        self._owners: dict[str, int] = {}  # owner scopes handed out, by kind
+        self._owned: set[str] = set()  # those scopes (never dropped past max_scopes)
 
     # -- the policy's one compressor -------------------------------------------------------
     @property
@@ -128,11 +133,24 @@ class Session:
             return fb
         fb = self._store[key] = compressors.ErrorFeedback(self.compressor(spec))
         if scope and self.max_scopes is not None:  # a scope was made: one may be one too many
-            scoped = [k for k in self._store if k[1]]
+            scoped = [k for k in self._store if k[1] and k[1] not in self._owned]
             for old in scoped[:max(0, len(scoped) - self.max_scopes)]:
                 del self._store[old]
                 self.evicted += 1
         return fb
+
+    def owner_scope(self, kind: str) -> str:
+        """A scope of its own for a new front door of ``kind`` that names its calls by its
+        model's names (a DDP state): ``""`` for the first one, ``"<kind>#<i>"`` for the i-th
+        after it (the same on every rank and in every run that makes them in the same order).
+        Owner scopes do not count against ``max_scopes``."""
+        if not kind or "#" in kind or "|" in kind:
+            raise ValueError(f"an owner kind is a word without '#' or '|', got {kind!r}")
+        i = self._owners[kind] = self._owners.get(kind, -1) + 1
+        scope = f"{kind}#{i}" if i else ""
+        if scope:
+            self._owned.add(scope)
+        return scope
 
     def held(self, spec: str, scope: str = "") -> compressors.ErrorFeedback | None:
         """The error feedback of ``spec`` in ``scope`` if one was made, else None (makes
@@ -149,10 +167,10 @@ class Session:
         return list(dict.fromkeys(scope for _, scope in self._store if scope))
 
     # -- validate-once and steps -------------------------------------------------------------
-    def validate_once(self, name: str, spec: str, numel: int) -> bool:
+    def validate_once(self, name: str, spec: str, numel: int, scope: str = "") -> bool:
         """Whether the ranks should compare this call (the first time ``name`` is sent with
-        ``spec`` and ``numel``), not every step."""
-        key = (name, spec, numel)
+        ``spec`` and ``numel`` in ``scope``), not every step."""
+        key = (scope, name, spec, numel)
         first = key not in self._validated
         self._validated.add(key)
         return first
@@ -182,58 +200,38 @@ class Session:
                 "feedback": out}
 
     def load_state_dict(self, state: Any) -> None:
-        """Restore :meth:`state_dict`. Everything is checked first: a bad dict raises
-        ValueError or TypeError naming the field and changes nothing."""
-        if not isinstance(state, Mapping) or state.get("version") != VERSION:
-            raise ValueError(f"not a Session state_dict of version {VERSION}")
-        missing = [k for k in KEYS if k not in state]
-        if missing:
-            raise ValueError(f"Session state_dict: missing {missing}")
-        steps = state["steps"]
-        if not isinstance(steps, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, int | np.integer) and not isinstance(
-                    v, bool) and v >= 0 for k, v in steps.items()):
-            raise ValueError(f"Session state_dict: steps must map call names to integers "
-                             f">= 0, got {steps!r:.200}")
-        for field in ("policy", "warm_starts", "feedback"):
-            if not isinstance(state[field], Mapping):
-                raise TypeError(f"Session state_dict: {field} must be a dict, got "
-                                f"{type(state[field]).__name__}")
-        fresh: dict[tuple[str, str], compressors.ErrorFeedback] = {}
-        states: dict[tuple[str, str], Any] = {}
-        for key, saved in state["feedback"].items():
-            spec, bar, scope = str(key).partition("|")
-            if not bar:
-                raise ValueError(f"Session state_dict: feedback keys are 'spec|scope', got "
-                                 f"{key!r}")
-            fb = compressors.ErrorFeedback(self.compressor(spec))
-            fb.load_state_dict(saved)  # validated: ValueError naming the field
-            fresh[(spec, scope)] = fb
-            states[(spec, scope)] = saved
-        warm = state["warm_starts"]
-        for spec in warm:
-            if not hasattr(self.compressor(spec), "load_warm_state"):
-                raise ValueError(f"Session state_dict: warm_starts[{spec!r}]: {spec} keeps "
-                                 f"no warm start")
-        for spec, qs in warm.items():
-            self.compressor(spec).load_warm_state(qs)
-        self.policy.load_state_dict(dict(state["policy"]))
-        self._steps = {k: int(v) for k, v in steps.items()}
-        if not self.error_feedback and any(fb.residuals for fb in fresh.values()):
+        """Restore :meth:`state_dict`. Everything is checked first: a bad dict, or one saved
+        under a compressor this session's policy never uses, raises ValueError or TypeError
+        naming the field (or both compressors) and changes nothing."""
+        saved = session_state.check(state, self.policy.choices())
+        before = self.policy.state_dict()
+        try:
+            self.policy.load_state_dict(saved.policy)
+        except Exception:
+            self.policy.load_state_dict(before)  # the one part that may refuse as it loads
+            raise
+        for spec, qs in saved.warm.items():
+            self.compressor(spec).load_warm_state(qs)  # checked: takes them as they are
+        self._steps = dict(saved.steps)
+        feedback = saved.feedback
+        if not self.error_feedback and saved.residuals:
             warnings.warn("Session.load_state_dict: this session keeps no error feedback "
                           "(error_feedback=False); the saved residuals are not used",
                           RuntimeWarning, stacklevel=2)
-            fresh = {}
+        if not self.error_feedback:
+            feedback = {}
         # The feedback objects adapters hold (FSDP's, the optimizers') stay the same objects:
         # their residuals are replaced; those the state does not name are emptied.
         for key, fb in self._store.items():
             device_feedback.forget(fb)
-            if key in fresh:
-                fb.load_state_dict(states[key])  # checked above
+            if key in feedback:
+                fb.load_state_dict(feedback[key])  # checked
             else:
                 fb.residuals.clear()
-        for key, fb in fresh.items():
-            self._store.setdefault(key, fb)
+        for key, one in feedback.items():
+            if key not in self._store:
+                fb = self._store[key] = compressors.ErrorFeedback(self.compressor(key[0]))
+                fb.load_state_dict(one)
 
     def __repr__(self) -> str:
         return (f"Session({self.policy.describe()!r}, error_feedback={self.error_feedback}, "

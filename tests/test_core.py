@@ -34,6 +34,8 @@ def test_the_value_resolves_its_spec_and_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         call.step = 4  # type: ignore[misc]
     assert call.at(step=4).step == 4 and call.step == 3
+    numpy_step = Compression("fp16", step=np.int64(2**63 - 1)).step  # a numpy integer: an int
+    assert type(numpy_step) is int and numpy_step == 2**63 - 1
 
 
 @pytest.mark.parametrize("fields, error, words", [
@@ -50,13 +52,25 @@ def test_the_value_resolves_its_spec_and_is_frozen():
     ({"compressor": "topk:ratio=0.1", "sparse_algorithm": "bogus"}, ValueError,
      "unknown sparse algorithm"),
     ({"compressor": "topk:ratio=0.1", "sparse_algorithm": "gtopk:k=-1"}, ValueError,
-     "non-negative"),
+     "k must be an integer from 1"),
+    ({"compressor": "topk:ratio=0.1", "sparse_algorithm": "gtopk:k=0"}, ValueError,
+     r"k must be an integer from 1 to 2\*\*63 - 1 .* k=0 keeps none"),
+    ({"compressor": "topk:ratio=0.1", "sparse_algorithm": f"gtopk:k={2**63}"}, ValueError,
+     "compare k as a 64-bit integer"),
     ({"compressor": "topk:ratio=0.1", "sparse_algorithm": "dsar:k=3"}, ValueError,
      "only gtopk takes"),
     ({"compressor": "topk:ratio=0.1", "sparse_algorithm": "gtopk:top=3"}, ValueError,
      "only gtopk takes"),
     ({"compressor": "topk:ratio=0.1", "sparse_algorithm": 3}, TypeError, "gtopk:k=1000"),
     ({"compressor": "fp16", "hierarchy": "tall"}, ValueError, "hierarchy must be one of"),
+    ({"compressor": "fp16", "name": 123}, TypeError, "name must be a str .* got int 123"),
+    ({"compressor": "fp16", "step": None}, TypeError, "step must be an integer .* NoneType"),
+    ({"compressor": "fp16", "step": True}, TypeError, "step must be an integer"),
+    ({"compressor": "fp16", "step": 1.0}, TypeError, "step must be an integer"),
+    ({"compressor": "fp16", "step": 2**70}, ValueError, r"step must be an integer in \[0, "
+                                                         r"2\*\*63 - 1\]"),
+    ({"compressor": "fp16", "step": -1}, ValueError, "step must be an integer in"),
+    ({"compressor": "fp16", "stats": []}, TypeError, "stats must be a dict .* got list"),
     ({"compressor": "powersgd:rank=2", "hierarchy": "two_level"}, ValueError, "flat"),
 ])
 def test_a_bad_field_is_refused_when_the_value_is_built(fields, error, words):

@@ -26,7 +26,7 @@ PACKAGES: dict[str, tuple[Path, int]] = {
 FLOORS: dict[str, int] = {
     # plain data and settings
     "config": 0, "errors": 0, "files": 0, "abort": 0, "version": 0, "costparams": 0,
-    "agreement": 0,
+    "agreement": 0, "moved": 0,
     # transport, buffers and what is written directly on them
     "transport": 1, "buffers": 1, "resultpool": 1, "device": 1, "ops": 1, "topology": 1,
     "validation": 1,
@@ -39,7 +39,7 @@ FLOORS: dict[str, int] = {
     # the public API, the by-name pricing of schemes, the tuner that times the API
     "api": 5, "core": 5, "pricing": 5, "tuner": 5,
     # policies, and the session that holds one for the torch front doors
-    "policy": 6, "session": 6,
+    "policy": 6, "session": 6, "session_state": 6,
     # integration
     "ddp": 7, "fsdp": 7, "backend": 7, "torchwork": 7, "_autoload": 7, "lightning": 7,
     # optimizers that average what they send themselves (over the API and the policy specs)

@@ -18,13 +18,15 @@ from collectives.config import MIN_NUMEL
 SPEC = "uniform:bits=8"
 
 
-def _fill(s: Session, scope: str = "", name: str = "w") -> np.ndarray:
-    """Give ``s`` one residual of 1000 elements under (its spec, ``scope``, ``name``)."""
-    fb = s.feedback(s.spec, scope)
+def _fill(s: Session, scope: str = "", name: str = "w", spec: str | None = None) -> np.ndarray:
+    """Give ``s`` one residual of 1000 elements under (``spec``, else its spec, ``scope``,
+    ``name``)."""
+    spec = spec or s.spec
+    fb = s.feedback(spec, scope)
     assert fb is not None
     x = np.random.default_rng(len(scope)).standard_normal(1000).astype(np.float32)
     sent = fb.compensate(x, name)
-    fb.update(name, sent, s.compressor(s.spec).compress(sent, name=name))
+    fb.update(name, sent, s.compressor(spec).compress(sent, name=name))
     return fb.residuals[name].copy()
 
 
@@ -55,6 +57,17 @@ def test_scopes_past_the_bound_are_dropped_least_recently_used_first() -> None:
     assert s.scopes() == ["a", "c"] and s.held(s.spec) is not None
 
 
+def test_owner_scopes_are_one_per_front_door_and_never_dropped() -> None:
+    s = Session(SPEC, max_scopes=1)
+    assert [s.owner_scope("ddp"), s.owner_scope("ddp"), s.owner_scope("ddp")] == \
+        ["", "ddp#1", "ddp#2"]
+    s.feedback(s.spec, "ddp#1"), s.feedback(s.spec, "a"), s.feedback(s.spec, "b")
+    assert s.scopes() == ["ddp#1", "b"] and s.evicted == 1  # only "a" counted and dropped
+    assert s.validate_once("w", SPEC, 10, "ddp#1") and s.validate_once("w", SPEC, 10)
+    with pytest.raises(ValueError, match="owner kind"):
+        s.owner_scope("a|b")
+
+
 def test_min_numel_steps_and_validate_once() -> None:
     s = Session(SPEC)
     assert s.min_numel == MIN_NUMEL and not s.compresses(MIN_NUMEL - 1) and s.compresses(MIN_NUMEL)
@@ -82,19 +95,25 @@ def test_a_one_compressor_door_refuses_a_per_layer_policy() -> None:
     assert Session("int8").spec.startswith("uniform:bits=8")
 
 
+#: A policy of two compressors: PowerSGD's warm starts beside 8-bit residuals.
+PSGD = "powersgd:rank=1"
+BOTH = [("kind=embedding", PSGD), ("*", SPEC)]
+
+
 def test_state_dict_round_trip_restores_residuals_steps_and_warm_starts() -> None:
-    s = Session(SPEC, max_scopes=4)
-    kept = {"": _fill(s), "1000:float32#0": _fill(s, "1000:float32#0")}
+    s = Session(BOTH, max_scopes=4)
+    spec = Session(SPEC).spec
+    kept = {"": _fill(s, spec=spec), "1000:float32#0": _fill(s, "1000:float32#0", spec=spec)}
     s.next_step("w"), s.next_step("w")
-    psgd = s.compressor("powersgd:rank=1")
+    psgd = s.compressor(Session(PSGD).spec)
     psgd.load_warm_state({"m": np.ones((4, 1), np.float32)})  # a warm start to keep
     state = pickle.loads(pickle.dumps(s.state_dict()))
-    t = Session(SPEC, max_scopes=4)
+    t = Session(BOTH, max_scopes=4)
     t.load_state_dict(state)
     for scope, res in kept.items():
-        assert np.array_equal(t.held(t.spec, scope).residuals["w"], res)
+        assert np.array_equal(t.held(spec, scope).residuals["w"], res)
     assert t.next_step("w") == 2
-    assert t.warm_starts().keys() == s.warm_starts().keys() == {"powersgd:rank=1"}
+    assert t.warm_starts().keys() == s.warm_starts().keys() == {Session(PSGD).spec}
     for spec, qs in s.warm_starts().items():
         for name, q in qs.items():
             assert np.array_equal(t.warm_starts()[spec][name], q)
@@ -117,6 +136,46 @@ def test_a_bad_state_dict_raises_by_name_and_changes_nothing(change, error, word
     with pytest.raises(error, match=words):
         s.load_state_dict(state)
     assert np.array_equal(s.held(s.spec).residuals["w"], before) and s.next_step("x") == 0
+
+
+def test_a_state_saved_under_another_compressor_is_refused_naming_both() -> None:
+    saved = Session("topk:ratio=0.01")
+    _fill(saved)
+    s = Session(SPEC)
+    before = _fill(s)
+    with pytest.raises(ValueError, match=r"saved under the compressor 'topk:.*this session's "
+                                         r"policy uses 'uniform:bits=8"):
+        s.load_state_dict(saved.state_dict())
+    warm = Session(PSGD)
+    warm.compressor(warm.spec).load_warm_state({"m": np.ones((4, 1), np.float32)})
+    with pytest.raises(ValueError, match=r"saved under the compressor 'powersgd:"):
+        s.load_state_dict(warm.state_dict())  # warm starts alone, as well
+    assert np.array_equal(s.held(s.spec).residuals["w"], before) and not s.warm_starts()
+
+
+def test_a_policy_says_which_compressors_it_can_choose() -> None:
+    from collectives.policy import Policy
+
+    spec = Session(SPEC).spec
+    assert Session(SPEC).policy.choices() == {spec}
+    assert Session(BOTH).policy.choices() == {spec, Session(PSGD).spec}
+    assert "none" in Session("auto").policy.choices()
+    assert Policy().choices() is None  # a policy of the user's own: not known in advance
+
+
+def test_a_refused_load_applies_nothing_of_what_was_checked_before() -> None:
+    two = [("kind=embedding", PSGD), ("kind=conv", "powersgd:rank=2"), ("*", SPEC)]
+    first, second = (Session(spec).spec for spec in (PSGD, "powersgd:rank=2"))
+    s = Session(two)
+    s.compressor(first).load_warm_state({"m": np.ones((4, 1), np.float32)})
+    s.compressor(second).load_warm_state({"m": np.ones((4, 2), np.float32)})
+    state = s.state_dict()
+    state["warm_starts"][second]["m"] = np.ones((4, 3), np.float32)  # not rank 2
+    state["steps"] = {"w": 5}
+    t = Session(two)
+    with pytest.raises(ValueError, match="rank 3"):
+        t.load_state_dict(state)  # the second warm start is refused: the first is not taken
+    assert not t.warm_starts() and t.next_step("w") == 0
 
 
 def test_loading_keeps_the_feedback_objects_adapters_hold() -> None:

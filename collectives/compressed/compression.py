@@ -22,7 +22,7 @@ from compressors import Compressor, ErrorFeedback
 from compressors.dtypes import DType
 from compressors.payload import checksum_enabled
 
-from .. import ops
+from .. import moved, ops
 from ..agreement import Worded
 from ..algorithms import names as algorithm_names
 from ..algorithms import two_level
@@ -46,11 +46,12 @@ class Compression:
     compressor: a ``compressors.Compressor`` or a spec such as ``"topk:ratio=0.01"``.
     feedback: a ``compressors.ErrorFeedback`` built for that compressor (needs ``name``).
     scheme: "auto" or a scheme the compressor's payloads can go through (``SCHEMES``).
-    name, step: the tensor's name (error-feedback key, shared seeds) and the training step.
+    name, step: the tensor's name, a str or None (error-feedback key, shared seeds), and the
+    training step, an integer in [0, 2**63 - 1].
     sparse_algorithm: the sparse scheme's allreduce: "auto", a name, or "gtopk:k=N" (a global
     top-k keeping N sums; bare "gtopk": as many as the most any rank sends).
     hierarchy: "auto", "flat" or "two_level" (how the call crosses hosts).
-    stats: a dict the call fills with its scheme, codec seconds and bytes sent.
+    stats: a dict the call fills with its scheme, codec seconds and bytes sent, or None.
 
     Example::
 
@@ -74,6 +75,14 @@ class Compression:
     def __post_init__(self) -> None:
         comp = resolve_compressor(self.compressor)
         object.__setattr__(self, "compressor", comp)
+        object.__setattr__(self, "step", _step(self.step))
+        if self.name is not None and not isinstance(self.name, str):
+            raise TypeError(f"name must be a str (the tensor's name, the same on every rank: "
+                            f"it keys the residual and seeds shared draws) or None, got "
+                            f"{type(self.name).__name__} {self.name!r:.60}")
+        if self.stats is not None and not isinstance(self.stats, dict):
+            raise TypeError(f"stats must be a dict for the call to fill (scheme, seconds, "
+                            f"bytes) or None, got {type(self.stats).__name__}")
         fb = self.feedback
         if fb is not None and not isinstance(fb, ErrorFeedback):
             raise TypeError("feedback must be a compressors.ErrorFeedback (it keeps the "
@@ -95,6 +104,7 @@ class Compression:
         None when neither names a compressor. Keywords beside a ``Compression`` replace its
         fields."""
         unknown = sorted(set(keywords) - set(KEYWORDS))
+        moved.refuse("allreduce", unknown)  # a keyword it took before: where it went
         if unknown:
             raise TypeError(f"unexpected keyword argument {unknown[0]!r}; a compressed call "
                             f"takes compress= and the keywords {', '.join(KEYWORDS)}")
@@ -172,6 +182,25 @@ class Compression:
         name, k = self.sparse
         return Ctx(comm, tag, self.compressor, self.feedback, self.key, self.step, x, dtype,
                    acc, algorithm=algorithm, sparse_algorithm=name, k=k)
+
+
+#: The largest step: the ranks compare it as a 64-bit integer (``fields``).
+MAX_STEP = 2**63 - 1
+
+
+def _step(step: Any) -> int:
+    """``step`` as an int in [0, ``MAX_STEP``]; TypeError or ValueError naming it."""
+    if isinstance(step, bool) or not isinstance(step, int | np.integer):
+        raise TypeError(f"step must be an integer (the training step, from 0), got "
+                        f"{type(step).__name__} {step!r:.60}")
+    if not 0 <= int(step) <= MAX_STEP:
+        raise ValueError(f"step must be an integer in [0, 2**63 - 1] (the ranks compare it as "
+                         f"a 64-bit integer), got {int(step)}")
+    return int(step)
+
+
+# A keyword the value took before (its generated __init__ would give Python's bare error).
+Compression.__init__ = moved.keywords("Compression")(Compression.__init__)  # type: ignore[method-assign]
 
 
 def _index(options: list[str], value: str) -> Worded:

@@ -40,7 +40,8 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
     the state's background thread, which sets the future, so communication overlaps the rest
     of the backward pass. On an NCCL group (messages match in posting order, not by tag) the
     background thread also starts them, one after another. NaN and Inf travel through
-    compression and reach the optimizer.
+    compression and reach the optimizer. The state must be bound to the model
+    (``state.bind(model)``): the first call raises RuntimeError otherwise, before any message.
 
     Example::
 
@@ -49,6 +50,7 @@ def compression_hook(state: CompressionState, bucket: dist.GradBucket
         >>> state = cddp.CompressionState(policy="uniform:bits=8", start_step=10).bind(model)
         >>> model.register_comm_hook(state, cddp.compression_hook)
     """
+    state.require_bound()  # on every rank that forgot, before any message
     t0 = time.perf_counter()
     index = bucket.index()
     if index == 0:

@@ -10,6 +10,7 @@ import numpy as np
 import compressors
 from compressors import device_feedback
 
+from .. import moved
 from ..config import check_timeout
 from ..policy import Layer, Policy, layer_of, model_layers
 from ..session import Session
@@ -26,7 +27,10 @@ class CompressionState:
     Hyperparameters: ``process_group`` (a torch process group, or an mpi4py communicator or
     ``collectives.Communicator`` to use instead of one; None: torch's default group),
     ``policy`` (a compressor spec, a Compressor, rules, a table, "auto", a Policy, or a
-    :class:`collectives.Session`, which also carries ``error_feedback`` and ``hierarchy``),
+    :class:`collectives.Session`, which also carries ``error_feedback``, ``hierarchy`` and
+    ``min_numel``: a group of fewer elements, a layer sent alone or the layers of a bucket
+    that share a compressor, goes uncompressed; a policy given without a session has no such
+    bound, ``min_numel=0``),
     ``error_feedback``, ``start_step`` (steps sent uncompressed first), ``timeout`` (seconds
     per wait; None: the process group's own timeout, see ``deadline``), ``scheme`` and
     ``algorithm`` for compressed groups, ``plain``: the allreduce of uncompressed groups
@@ -38,10 +42,12 @@ class CompressionState:
     below the flat call, full precision inside the host and the compressor only on what
     crosses hosts; "flat"; "two_level": always, 16-bit buckets included, which then leave
     the fast path of the engine's flat allreduce). Internal state: the step counter,
-    error-feedback residuals, PowerSGD warm starts, the policy's decisions.
+    error-feedback residuals (in the state's own ``scope`` of the session's store: states
+    sharing a session never share a residual), PowerSGD warm starts, the policy's decisions.
     Pickling leaves the process group, the communicator and the thread out.
     """
 
+    @moved.keywords("CompressionState")
     def __init__(self, process_group: Any = None, policy: Any = "uniform:bits=8",
                  error_feedback: bool = True, start_step: int = 0, *,
                  timeout: float | None = None, scheme: str = "auto",
@@ -57,7 +63,12 @@ class CompressionState:
                                 "beside it")
             self.session = policy
         else:
-            self.session = Session(policy, error_feedback=error_feedback)
+            # no size bound of its own: the policy decides every group (a rule such as
+            # ("numel<16384", "none") keeps small layers uncompressed)
+            self.session = Session(policy, error_feedback=error_feedback, min_numel=0)
+        #: this state's scope in the session's residual store (its own, should another state
+        #: share the session: two models may both have a parameter named "fc.weight")
+        self.scope = self.session.owner_scope("ddp")
         self.process_group = process_group
         self.start_step = start_step
         self.timeout, self.scheme, self.algorithm, self.plain = timeout, scheme, algorithm, plain
@@ -76,6 +87,7 @@ class CompressionState:
         self.quick: dict[int, tuple[Any, list[grouping.Group]]] = {}
         self._pool: dict[str, Any] = {}  # per-parameter residuals waiting for their group
         self._agreed = False  # the ranks compared their settings (at the first hook call)
+        self._bound = False  # bind() learned the model's parameters (the hook refuses before)
         self._comm: Any = None
         self._group_wait: float | None = None  # the process group's timeout (communicator())
         self._worker = Worker()
@@ -117,7 +129,26 @@ class CompressionState:
         self.policy.bind(list(self._layers.values()))
         if self._pool:  # residuals loaded before the model was known
             self._pool = checkpoint.check_pool(self, self._pool)
+        self._bound = True
         return self
+
+    @property
+    def bound(self) -> bool:
+        """Whether :meth:`bind` has learned the model's parameters in this process."""
+        return self._bound
+
+    def require_bound(self) -> None:
+        """RuntimeError unless :meth:`bind` was called: the hook's first check, before any
+        message, so a state registered without it stops at once rather than averaging
+        under made-up layer names (and an adaptive policy profiling layers it never saw)."""
+        if not self._bound:
+            raise RuntimeError(
+                "compression_hook: the CompressionState was never bound to its model. Call "
+                "state.bind(model) with the DistributedDataParallel model before training: "
+                "model.register_comm_hook(state.bind(model), cddp.compression_hook). bind() "
+                "learns the parameters' names and kinds, which the policy chooses by and the "
+                "residuals are kept under (a state unpickled in another process is bound "
+                "again there)")
 
     # -- what the hook uses -------------------------------------------------------------
     def communicator(self) -> Any:
@@ -164,7 +195,15 @@ class CompressionState:
         return self.session.compressor(spec)
 
     def feedback(self, spec: str) -> compressors.ErrorFeedback | None:
-        return self.session.feedback(spec)
+        return self.session.feedback(spec, self.scope)
+
+    def held(self, spec: str) -> compressors.ErrorFeedback | None:
+        """This state's error feedback of ``spec`` if one was made (makes nothing)."""
+        return self.session.held(spec, self.scope)
+
+    def feedbacks(self) -> list[compressors.ErrorFeedback]:
+        """This state's error feedbacks (of every spec)."""
+        return [fb for _, scope, fb in self.session.feedbacks() if scope == self.scope]
 
     def layer(self, param: Any, fallback: str) -> Layer:
         name = self._names.get(id(param)) or self._names.get(param.data_ptr()) or fallback
@@ -180,7 +219,8 @@ class CompressionState:
                 "policy": self.policy.describe(), "start_step": str(self.start_step),
                 "error_feedback": str(self.error_feedback), "scheme": self.scheme,
                 "algorithm": self.algorithm, "plain": str(self.plain),
-                "hierarchy": self.hierarchy}, self.deadline)
+                "hierarchy": self.hierarchy, "min_numel": str(self.session.min_numel)},
+                self.deadline)
             self._agreed = True
         self.current, self.step = self.step, self.step + 1
         if self.policy.adaptive and self.current >= self.start_step and \
@@ -209,9 +249,9 @@ class CompressionState:
         # The layout an adaptive policy keys its measurements by (a static one ignores it).
         self.policy.see_bucket(index, layers, [str(p.dtype) for p in params])
         out = []
-        for j, (lay, spec) in enumerate(zip(layers, self.policy.choose_bucket(layers),
-                                            strict=True)):
-            if self.compressor(spec).capabilities.allreduce_steps and len(lay.shape) >= 2:
+        specs = self._uncompressed_if_small(layers, self.policy.choose_bucket(layers))
+        for j, (lay, spec) in enumerate(zip(layers, specs, strict=True)):
+            if self._alone(spec, lay):
                 out.append(grouping.Group(spec, lay.name, [(lay.name, lay.numel)],
                                           [ranges[j]], lay.shape))
             else:
@@ -251,11 +291,27 @@ class CompressionState:
         self._groups[index] = (key, out)
         return out
 
+    def _alone(self, spec: str, lay: Layer) -> bool:
+        """Whether ``lay`` is sent in a group of its own (a low-rank compressor's matrix)."""
+        return self.compressor(spec).capabilities.allreduce_steps and len(lay.shape) >= 2
+
+    def _uncompressed_if_small(self, layers: list[Layer], specs: list[str]) -> list[str]:
+        """``specs`` with ``none`` for the layers whose collective would carry fewer than the
+        session's ``min_numel`` elements (a layer sent alone, else all the bucket's layers of
+        its spec together), as FSDP and the backend leave small tensors uncompressed."""
+        fused: dict[str, int] = {}
+        for lay, spec in zip(layers, specs, strict=True):
+            if not self._alone(spec, lay):
+                fused[spec] = fused.get(spec, 0) + lay.numel
+        return ["none" if spec != "none" and not self.session.compresses(
+                    lay.numel if self._alone(spec, lay) else fused[spec]) else spec
+                for lay, spec in zip(layers, specs, strict=True)]
+
     def _release(self, groups: list[grouping.Group]) -> None:
         """The groups' residuals back to the per-parameter pool (device ones copied first),
         for the groups that replace them."""
         for g in groups:
-            fb = self.session.held(g.spec)
+            fb = self.held(g.spec)
             if fb is not None:
                 held = [g.name, f"{g.name}@owner"]  # only these: not every residual per group
                 device_feedback.export_residuals(fb, held)
@@ -267,7 +323,7 @@ class CompressionState:
 
     def validate_once(self, name: str, spec: str, numel: int) -> bool:
         """Check agreement across ranks the first time a group is sent, not every step."""
-        return self.session.validate_once(name, spec, numel)
+        return self.session.validate_once(name, spec, numel, self.scope)
 
     def busy(self) -> bool:
         """Whether the background thread has jobs queued or running (their collectives may
@@ -297,13 +353,13 @@ class CompressionState:
         into their parameters' pieces, with those waiting for their group), and the ones tied
         to a group's chunking under ``"spec|name"`` (owner-side ``name@owner`` as ``name``, a
         two-level call's ``name@shard<i>[@owner]`` as they are)."""
-        for _, _, fb in self.session.feedbacks():  # device residuals copied back first
+        for fb in self.feedbacks():  # device residuals copied back first
             device_feedback.export_residuals(fb)
         per_param = {k: np.array(v) for k, v in self._pool.items()}
         chunked: dict[str, np.ndarray] = {}
         for _, groups in self._groups.values():
             for g in groups:
-                fb = self.session.held(g.spec)
+                fb = self.held(g.spec)
                 if fb is None:
                     continue
                 res = fb.residuals.get(g.name)
@@ -324,7 +380,7 @@ class CompressionState:
         chunked ones go back to their compressor's error feedback."""
         self._groups.clear()
         self.quick.clear()
-        for _, _, fb in self.session.feedbacks():
+        for fb in self.feedbacks():
             fb.residuals.clear()
         self._pool = per_param
         for key, res in chunked.items():
@@ -339,7 +395,9 @@ class CompressionState:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("scope", "")  # pickled before states had scopes: the first's
         self.quick = {}  # keyed by this process's object ids and addresses
+        self._bound = False  # so are the parameter names bind() learned: bind again
         self._worker = Worker()
 
     def state_dict(self) -> dict[str, Any]:

@@ -47,7 +47,7 @@ import torch
 
 import compressors
 
-from .. import api, costmodel
+from .. import api, costmodel, moved
 from ..session import Session
 from ..torchwork import comm_deadline
 from ..transport import as_communicator
@@ -124,6 +124,7 @@ class DiLoCo:
         ...     torch.save(m.state_dict(), "model.pt")
     """
 
+    @moved.keywords("DiLoCo")
     def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module, *,
                  sync_every: int | str = "auto", outer_lr: float | str = "auto",
                  outer_momentum: float | str = "auto", compressor: Any = "auto", comm: Any = None,

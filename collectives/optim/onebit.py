@@ -44,7 +44,7 @@ import torch
 
 import compressors
 
-from .. import api
+from .. import api, moved
 from ..policy.base import canonical
 from ..progress import Handle
 from ..session import Session
@@ -124,6 +124,7 @@ class OneBitAdam(FullPrecisionSteps, FrozenSteps, Checkpoints, torch.optim.Optim
         self._built = False  # add_param_group is collective once the constructor is done
         with refusing(self.comm, SETTINGS, True, self.timeout):
             unknown = sorted(set(schedule) - {"freeze_step", "refresh"})
+            moved.refuse("OneBitAdam", unknown)  # a keyword it took before: where it went
             if unknown:
                 raise TypeError(f"OneBitAdam() got an unexpected keyword argument "
                                 f"{unknown[0]!r} (it takes lr, betas, eps, weight_decay, "

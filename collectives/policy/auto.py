@@ -102,6 +102,10 @@ class AutoPolicy(Whole, Policy):
                 if f.name != "cache_dir" and getattr(cfg, f.name) != getattr(base, f.name)]
         return "auto:" + ",".join(keep) if keep else "auto"
 
+    def choices(self) -> frozenset[str]:
+        """The candidates (the start, ``initial``, is one of them)."""
+        return frozenset(self.config.candidates)
+
     def engine_first(self) -> bool | None:
         """Whether a bucket sent uncompressed whole should go through the engine's own
         allreduce, as DDP sends it (``Costs.engine_first``; None: not measured)."""

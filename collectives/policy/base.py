@@ -74,6 +74,11 @@ class Policy:
         itself against them does so here, and calls this too."""
         self.layers = list(layers)
 
+    def choices(self) -> frozenset[str] | None:
+        """Every compressor spec (canonical) this policy can choose; None where it cannot say
+        before it runs (a policy of the user's own)."""
+        return None
+
     def instances(self) -> dict[str, compressors.Compressor]:
         """Compressor objects passed in by the user, by canonical spec: the hook uses them
         as they are (their warm starts included) instead of building its own."""
@@ -151,6 +156,9 @@ class Fixed(Policy):
 
     def instances(self) -> dict[str, compressors.Compressor]:
         return {} if self.instance is None else {self.spec: self.instance}
+
+    def choices(self) -> frozenset[str]:
+        return frozenset({self.spec})
 
     def describe(self) -> str:
         return self.spec

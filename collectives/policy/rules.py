@@ -101,6 +101,9 @@ class Rules(Policy):
     def __repr__(self) -> str:
         return f"Rules({self.rules!r})"
 
+    def choices(self) -> frozenset[str]:
+        return frozenset(spec for _, spec in self.rules)
+
     def describe(self) -> str:
         return "rules " + "; ".join(f"{cond} -> {spec}" for cond, spec in self.rules)
 
@@ -115,6 +118,9 @@ class Table(Policy):
     def __init__(self, table: Mapping[str, Any], default: Any = None) -> None:
         self.specs = {clean_name(str(k)): canonical(v) for k, v in table.items()}
         self.default = None if default is None else canonical(default)
+
+    def choices(self) -> frozenset[str]:
+        return frozenset(self.specs.values()) | ({self.default} if self.default else set())
 
     def describe(self) -> str:
         rows = [f"{name} -> {spec}" for name, spec in sorted(self.specs.items())]

@@ -15,7 +15,7 @@ import numpy as np
 
 from compressors.arrays import is_cupy, is_torch
 
-from .. import costmodel
+from .. import costmodel, moved
 from ..agreement import Worded
 from ..config import defaults
 from ..costparams import CostParams
@@ -52,6 +52,10 @@ __all__ = ["ALGORITHMS", "PARTS", "SparseAlgorithm", "isparse_allreduce", "model
            "register", "sparse_allreduce"]
 
 
+#: The most entries gtopk may keep: its k travels as a 64-bit integer.
+MAX_K = 2**63 - 1
+
+
 def parse(algorithm: Any) -> tuple[str, int | None]:
     """A sparse algorithm as written, as (name, k): "auto", a name in ``ALGORITHMS``, or
     "gtopk:k=N" (global top-k: the result keeps the N sums of largest magnitude; a bare
@@ -74,10 +78,11 @@ def parse(algorithm: Any) -> tuple[str, int | None]:
     try:
         k = int(value)
     except ValueError:
-        k = -1
-    if k < 0:
-        raise ValueError(f"sparse algorithm {algorithm!r}: k must be a non-negative int (the "
-                         "entries gtopk keeps), as in 'gtopk:k=1000'")
+        k = 0
+    if not 1 <= k <= MAX_K:
+        raise ValueError(f"sparse algorithm {algorithm!r}: k must be an integer from 1 to "
+                         f"2**63 - 1 (the entries gtopk keeps: k=0 keeps none, and the ranks "
+                         f"compare k as a 64-bit integer), as in 'gtopk:k=1000'")
     return name, k
 
 
@@ -130,6 +135,7 @@ def _arguments(indices: Any, values: Any, size: Any, name: str, k: int | None
     return idx, val, acc, back
 
 
+@moved.keywords("sparse_allreduce")
 def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
                       algorithm: str = "auto", dense: bool = True,
                       timeout: float | None = None, validate: bool | None = None) -> Handle:
@@ -175,6 +181,7 @@ def isparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
     return Handle(steps(), finish, f"sparse_allreduce[{algorithm}]", timeout)
 
 
+@moved.keywords("sparse_allreduce")
 def sparse_allreduce(indices: Any, values: Any, size: int, *, comm: Any = None,
                      algorithm: str = "auto", dense: bool = True,
                      timeout: float | None = None, validate: bool | None = None) -> Any:

@@ -58,7 +58,7 @@ def two_level(chk: Checker, spec: str, ulp: float, whole: bool, hierarchy: str) 
     collective share), every rank the same bits, off the fast path."""
     model = make(0.004)  # several buckets
     state = cddp.CompressionState(
-        policy=Session(spec, error_feedback=False, hierarchy=hierarchy)).bind(model)
+        policy=Session(spec, error_feedback=False, hierarchy=hierarchy, min_numel=0)).bind(model)
     model.register_comm_hook(state, cddp.compression_hook)
     for step in range(3):
         backward(model, step)
@@ -92,7 +92,7 @@ def flat_is_pytorchs(chk: Checker) -> None:
     """hierarchy="flat": the fast path, PyTorch's fp16 hook bit for bit."""
     theirs, ours = make(0.004), make(0.004)
     theirs.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
-    state = cddp.CompressionState(policy=Session("fp16", hierarchy="flat")).bind(ours)
+    state = cddp.CompressionState(policy=Session("fp16", hierarchy="flat", min_numel=0)).bind(ours)
     ours.register_comm_hook(state, cddp.compression_hook)
     for step in range(3):
         backward(theirs, step)

@@ -84,7 +84,7 @@ def main() -> None:
                 out = np.full(SIZE, 9, np.float32)
                 to_dense(parts, out, np.dtype(np.float32))
                 chk.check(out.tobytes() == got.tobytes(), f"{what}: parts to dense")
-        for k in (0, 1, 7, 50):
+        for k in (1, 7, 50):  # k=0 is refused (below)
             what = f"gtopk k={k} {case}"
             si, sv = chk.run(what, sparse_allreduce, idx, val, SIZE, algorithm=f"gtopk:k={k}",
                              dense=False) or (None, None)
@@ -118,7 +118,9 @@ def main() -> None:
                         (lambda: sparse_allreduce([1], [1], 4), "floating point"),
                         (lambda: sparse_allreduce([1], [1.0], 4, algorithm="gtopk"), "gtopk:k="),
                         (lambda: sparse_allreduce([1], [1.0], 4, algorithm="gtopk:k=-2"),
-                         "non-negative"),
+                         "k must be an integer from 1"),
+                        (lambda: sparse_allreduce([1], [1.0], 4, algorithm="gtopk:k=0"),
+                         "k=0 keeps none"),
                         (lambda: sparse_allreduce([1], [1.0], 4, algorithm="dsar:k=2"),
                          "only gtopk takes"),
                         (lambda: sparse_allreduce([1], [1.0], 4, algorithm="x"), "available")):

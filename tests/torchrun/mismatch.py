@@ -87,7 +87,7 @@ def hook() -> None:
 
     from collectives.ddp import CompressionState, compression_hook
 
-    def model_with(policy: str, **options: object) -> DistributedDataParallel:
+    def model_with(policy: object, **options: object) -> DistributedDataParallel:
         torch.manual_seed(0)
         model = DistributedDataParallel(torch.nn.Linear(256, 128))  # 32K weights: compressed
         state = CompressionState(policy=policy, **options).bind(model)
@@ -110,6 +110,11 @@ def hook() -> None:
     model = model_with("uniform:bits=8" if R else "auto", start_step=2 if R else 0)
     refused("DDP hook: start_step and policy", lambda: step(model), Exception,
             ["policy", "start_step (rank 0: '0', rank 1: '2')"])
+    from collectives import Session
+
+    model = model_with(Session("int8", min_numel=0 if R else 16384))
+    refused("DDP hook: the session's min_numel", lambda: step(model), Exception,
+            ["min_numel (rank 0: '16384', rank 1: '0')"])
     model = model_with("int8")  # alike: it trains
     step(model)
     grad = model.module.weight.grad

@@ -94,7 +94,9 @@ def _ours(policy: Callable[[Any], Any], hierarchy: str = "auto") -> Callable[[An
             comm = MPI.COMM_WORLD
         # Half the step watchdog: a stalled collective raises, naming itself, before the
         # watchdog would dump the stacks.
-        state = cddp.CompressionState(comm, Session(policy(args), hierarchy=hierarchy),
+        # min_numel=0: the policy decides every group, small ones too
+        state = cddp.CompressionState(comm, Session(policy(args), hierarchy=hierarchy,
+                                                    min_numel=0),
                                       start_step=args.start_step, scheme=args.scheme,
                                       plain=getattr(args, "plain", None),
                                       timeout=args.timeout / 2).bind(model)
