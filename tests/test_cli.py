@@ -531,6 +531,27 @@ def test_compressed_rows_on_shared_memory_point_to_an_emulated_link() -> None:
     assert "--link 1gbit" in _hint(res.stdout)
 
 
+@pytest.mark.mpi
+def test_bench_compressed_shows_each_rows_spread_and_flags_ratios_within_it(
+        tmp_path: Path) -> None:
+    res = compcoll("bench", "compressed", "-np", "2", "-s", "4K", "-n", "3", "-w", "0",
+                   "--compressor", "uniform:bits=8", "--without-out", "--json",
+                   str(tmp_path / "c.json"), "--txt", str(tmp_path / "c.txt"), timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = json.loads((tmp_path / "c.json").read_text())
+    assert doc["iters"] == 3 and "p25" in doc["spread"]
+    rows = doc["rows"]
+    assert all(r["iters"] == 3 and r["spread"] is not None for r in rows)
+    assert [r["noisy"] for r in rows] == noise.flags([r["time_s"] for r in rows],
+                                                     [r["spread"] for r in rows])
+    text = (tmp_path / "c.txt").read_text()
+    assert "the median of the 3 timed calls of each row; iqr%" in text.replace("\n#   ", " ")
+    head = next(line for line in text.splitlines() if line.startswith("# run") and "iqr%" in line)
+    assert head.split().index("iqr%") == head.split().index("time(ms)") + 1
+    flagged = sum(1 for r in rows if r["noisy"])
+    assert f"# ~ within the noise: {flagged} of {len(rows) - 1} 'vs MPI' ratios" in text
+
+
 def test_bench_compressors_writes_to_its_own_folder_and_says_where(tmp_path: Path) -> None:
     res = compcoll("bench", "compressors", "--sizes", "4096", "--threads", "1", "--repeats",
                    "1", "--specs", "none", timeout=60, cwd=tmp_path)

@@ -23,9 +23,11 @@ import numpy as np
 #: Printed after a ratio that is within the noise (a space otherwise, so the digits align).
 FLAG = "~"
 #: What the JSON's ``spread`` and ``noisy`` of a row mean (its metadata carries these lines).
-SPREAD_MEANS = "(p75_us - p25_us) / p50_us of the row's timed calls"
-NOISY_MEANS = ("the ratio's |ratio - 1| is smaller than the spread of the row or of its "
-               "baseline row (same size and placement); null for the baseline itself")
+SPREAD_MEANS = ("(p75 - p25) / p50 of the row's timed calls: their interquartile range over "
+                "their median")
+NOISY_MEANS = ("its ratio to the baseline row (MPI_Allreduce at the same size and placement) is "
+               "within the noise: |ratio - 1| is smaller than the spread of the row or of the "
+               "baseline; null for the baseline itself and where a spread is missing")
 
 
 def spread(times: Sequence[float] | np.ndarray) -> float | None:
