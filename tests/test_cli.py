@@ -232,11 +232,16 @@ def test_model_text_and_bad_arguments(capsys) -> None:
 def test_bench_compressors_runs_at_a_tiny_size(tmp_path: Path) -> None:
     out = tmp_path / "c.json"
     res = compcoll("bench", "compressors", "--out", str(out), "--sizes", "4096", "--threads",
-                   "1", "--repeats", "1", "--specs", "none", "sign", timeout=60)
+                   "1", "--repeats", "4", "--specs", "none", "sign", timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     doc = json.loads(out.read_text())
     assert {r["compressor"] for r in doc["compressors"]} == {"none", "sign"}
-    assert out.with_suffix(".md").exists()
+    side, = doc["side_by_side"]
+    assert doc["repeats"] == 4 and side["exact_speedup_noisy"] == noise.within_noise(
+        side["exact_speedup"], side["torch_topk_spread"], side["exact_topk_spread"])
+    ratio, spread = side["sign vs_copy"], side["sign vs_copy_spread"]
+    assert side["sign vs_copy_noisy"] == (spread > abs(ratio - 1))
+    assert "Each time is the median of 4 timed calls" in out.with_suffix(".md").read_text()
 
 
 def test_model_compare_sets_predictions_beside_a_bench_run(tmp_path: Path) -> None:
