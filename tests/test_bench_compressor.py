@@ -30,6 +30,8 @@ def test_compressed_rows_beside_the_dense_ones(tmp_path: Path) -> None:
         assert row["wrong"] == 0 and row["ranks_agree"], row
         assert row["p50_us"] <= row["p90_us"] <= row["p99_us"]
         assert row["p50_us"] == row["time_us"]
+        assert row["iters"] == 2 and row["spread"] is not None
+        assert (row["noisy"] is None) == (row["algo"] == "MPI_Allreduce")
     for size in sizes:
         at = {r["compressor"]: r for r in rows
               if r["size"] == size and r["algo"] == "ring" and not r["inplace"]}
@@ -47,6 +49,7 @@ def test_compressed_rows_beside_the_dense_ones(tmp_path: Path) -> None:
                 size / row["time_us"] / 1e3 * 4 / 3)
         assert 1e-3 < at["uniform:bits=8"]["rel_error"] < 0.1  # 8-bit codes: about 2e-2
     assert res.stdout.count("effbusbw") >= 2 and "rel.err" in res.stdout  # both placements
+    assert res.stdout.count("time(us) iqr%") == 2
 
 
 @pytest.mark.mpi

@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 
 from collectives.algorithms import REGISTRY, modeled
+from compcoll_bench.commands import noise
+from compcoll_bench.commands.benchlib import TABLE_WIDTH, WIDTH
 from tests.mpirun import LAUNCHES, Script, passed
 
 COLUMNS = {"size", "count", "type", "algo", "time_us", "p50_us", "p90_us", "p99_us",
-           "algbw_GBps", "busbw_GBps", "ratio_vs_mpi", "model_us", "wrong", "ranks_agree"}
+           "algbw_GBps", "busbw_GBps", "ratio_vs_mpi", "model_us", "wrong", "ranks_agree",
+           "iters", "p25_us", "p75_us", "spread", "noisy"}
 ALGOS = ["MPI_Allreduce", *(a.name for a in REGISTRY.values() if a.ours), "auto", "mpi"]
 SMALL = ["-n", "2", "-w", "1"]
 
@@ -67,6 +70,7 @@ def test_bench_allreduce_sweep_writes_checked_rows(tmp_path: Path) -> None:
     assert doc["ranks"] == 2
     assert doc["command"][:5] == ["compcoll", "bench", "allreduce", "-np", "2"]
     assert {"command", "mpi_library", "hostname", "date", "cost_params"} <= doc.keys()
+    assert doc["iters"] == 2 and "p25_us" in doc["spread"] and "spread" in doc["noisy"]
     rows = doc["rows"]
     assert [(r["size"], r["inplace"], r["algo"]) for r in rows] == [  # both placements
         (size, inplace, algo) for size in (1024, 4096, 16384) for inplace in (False, True)
@@ -75,6 +79,11 @@ def test_bench_allreduce_sweep_writes_checked_rows(tmp_path: Path) -> None:
         assert COLUMNS <= row.keys()
         assert row["wrong"] == 0 and row["ranks_agree"]
         assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"])  # 2(p-1)/p = 1 at p = 2
+        assert row["iters"] == 2 and row["p25_us"] <= row["time_us"] <= row["p75_us"]
+    for size, inplace in {(r["size"], r["inplace"]) for r in rows}:  # the rule, row by row
+        group = [r for r in rows if (r["size"], r["inplace"]) == (size, inplace)]
+        assert [r["noisy"] for r in group] == noise.flags([r["time_us"] for r in group],
+                                                          [r["spread"] for r in group])
     priced = {a.name for a in modeled()}  # the engines' own and two_level have no formula
     assert all(r["model_us"] is not None for r in rows if r["algo"] in priced)
     assert "recursive_doubling" in res.stdout
@@ -83,6 +92,13 @@ def test_bench_allreduce_sweep_writes_checked_rows(tmp_path: Path) -> None:
     head = next(i for i, line in enumerate(lines) if "out-of-place" in line)
     assert "in-place" in lines[head] and "redop" in lines[head + 1]
     assert lines[head + 1].count("busbw") == 2 and lines[head + 1].count("#wrong") == 2
+    assert lines[head + 1].count("time(us) iqr%") == 2  # each placement's median and spread
+    legend = " ".join(line.lstrip("# ") for line in lines[:head])
+    assert "the median of the 2 timed calls of each row; iqr%: their interquartile range" in legend
+    flagged = sum(1 for r in rows if r["noisy"] and not r["inplace"])  # the printed ratios
+    assert f"# ~ within the noise: {flagged} of {3 * (len(ALGOS) - 1)} 'vs MPI' ratios" in lines
+    assert sum(line.split()[-2].endswith("~") for line in lines[head + 2:]
+               if not line.startswith("#")) == flagged
     table = [line for line in lines[head + 2:] if not line.startswith("#")]
     assert len(table) == 3 * len(ALGOS) and all(" sum " in line for line in table)
     assert any(line.startswith("# cost model fitted on this communicator: alpha") for line in lines)
@@ -216,11 +232,16 @@ def test_model_text_and_bad_arguments(capsys) -> None:
 def test_bench_compressors_runs_at_a_tiny_size(tmp_path: Path) -> None:
     out = tmp_path / "c.json"
     res = compcoll("bench", "compressors", "--out", str(out), "--sizes", "4096", "--threads",
-                   "1", "--repeats", "1", "--specs", "none", "sign", timeout=60)
+                   "1", "--repeats", "4", "--specs", "none", "sign", timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     doc = json.loads(out.read_text())
     assert {r["compressor"] for r in doc["compressors"]} == {"none", "sign"}
-    assert out.with_suffix(".md").exists()
+    side, = doc["side_by_side"]
+    assert doc["repeats"] == 4 and side["exact_speedup_noisy"] == noise.within_noise(
+        side["exact_speedup"], side["torch_topk_spread"], side["exact_topk_spread"])
+    ratio, spread = side["sign vs_copy"], side["sign vs_copy_spread"]
+    assert side["sign vs_copy_noisy"] == (spread > abs(ratio - 1))
+    assert "Each time is the median of 4 timed calls" in out.with_suffix(".md").read_text()
 
 
 def test_model_compare_sets_predictions_beside_a_bench_run(tmp_path: Path) -> None:
@@ -460,14 +481,20 @@ def test_version_answers_without_loading_the_commands() -> None:
     assert out.stdout.startswith("compcoll ") and out.stderr.strip() == "[]", out.stderr
 
 
-def test_bench_allreduce_lines_fit_in_120_columns() -> None:
-    """Both placements side by side, every algorithm (auto's pick shown), a compressor: no
-    line of the output, table or comment, is wider than 120 columns."""
+def test_bench_allreduce_lines_fit_in_132_columns() -> None:
+    """Both placements side by side, each with its spread, every algorithm (auto's pick
+    shown), a compressor: no line of the table is wider than 132 columns, no comment wider
+    than 120."""
     for extra in ([], ["--compressor", "none,topk:ratio=0.01"]):
         res = compcoll("bench", "allreduce", "-b", "1K", "-e", "4K", "-n", "1", "-w", "0",
                        *extra, timeout=120)
         assert res.returncode == 0, res.stdout + res.stderr
-        wide = [line for line in res.stdout.splitlines() if len(line) > 120]
+        lines = res.stdout.splitlines()
+        head = next(i for i, line in enumerate(lines) if "out-of-place" in line)
+        comments = [line for i, line in enumerate(lines)
+                    if line.startswith("#") and i not in (head, head + 1)]
+        wide = [line for line in lines if len(line) > TABLE_WIDTH]
+        wide += [line for line in comments if len(line) > WIDTH]
         assert not wide, "\n".join(wide)
 
 
@@ -507,6 +534,27 @@ def test_compressed_rows_on_shared_memory_point_to_an_emulated_link() -> None:
                    "uniform:bits=8", timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "--link 1gbit" in _hint(res.stdout)
+
+
+@pytest.mark.mpi
+def test_bench_compressed_shows_each_rows_spread_and_flags_ratios_within_it(
+        tmp_path: Path) -> None:
+    res = compcoll("bench", "compressed", "-np", "2", "-s", "4K", "-n", "3", "-w", "0",
+                   "--compressor", "uniform:bits=8", "--without-out", "--json",
+                   str(tmp_path / "c.json"), "--txt", str(tmp_path / "c.txt"), timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = json.loads((tmp_path / "c.json").read_text())
+    assert doc["iters"] == 3 and "p25" in doc["spread"]
+    rows = doc["rows"]
+    assert all(r["iters"] == 3 and r["spread"] is not None for r in rows)
+    assert [r["noisy"] for r in rows] == noise.flags([r["time_s"] for r in rows],
+                                                     [r["spread"] for r in rows])
+    text = (tmp_path / "c.txt").read_text()
+    assert "the median of the 3 timed calls of each row; iqr%" in text.replace("\n#   ", " ")
+    head = next(line for line in text.splitlines() if line.startswith("# run") and "iqr%" in line)
+    assert head.split().index("iqr%") == head.split().index("time(ms)") + 1
+    flagged = sum(1 for r in rows if r["noisy"])
+    assert f"# ~ within the noise: {flagged} of {len(rows) - 1} 'vs MPI' ratios" in text
 
 
 def test_bench_compressors_writes_to_its_own_folder_and_says_where(tmp_path: Path) -> None:

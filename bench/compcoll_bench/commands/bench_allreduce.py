@@ -31,7 +31,7 @@ from compressors import dtypes
 
 from ..registry import UsageError, command
 from . import bench_report as report
-from . import checks
+from . import checks, noise
 from . import emulate as emulated
 from .bench_case import BASELINE
 from .bench_compressor import NONE, check_specs, combos, split_specs
@@ -191,7 +191,8 @@ def run(args: argparse.Namespace) -> int:
                             f"({1 / cost.beta / 1e9 if cost.beta else 0:.2f} GB/s), gamma "
                             f"{cost.gamma * 1e9:.4f} ns/B; model: its prediction of time(us)"):
             out(line)
-        for line in comment(report.LEGEND):
+        for line in comment(report.LEGEND) + comment(noise.legend(args.iters, BASELINE,
+                                                                    "vs MPI")):
             out(line)
         out(f"# auto: the measured crossover table (compcoll tune) from "
             f"{crossovers.sizes[0]} B, the cost model below" if crossovers is not None else
@@ -227,7 +228,8 @@ def run(args: argparse.Namespace) -> int:
             notes += comment(emulated.SHARED_MEMORY_HINT)
         regret = [wrapped for line in report.regret_lines(auto_regret)
                   for wrapped in comment(line.removeprefix("# "))]
-        for line in [*report.footer(rows), *regret, *notes]:
+        shown = [r for r in rows if r["inplace"] == lay.places[0]]  # the ratios printed
+        for line in [*report.footer(rows), noise.summary(shown, "vs MPI"), *regret, *notes]:
             out(line)
         for r in bad:
             what = r["algo"] if r["compressor"] == NONE else f"{r['algo']} with {r['compressor']}"
@@ -241,6 +243,8 @@ def run(args: argparse.Namespace) -> int:
                 "mpi_library": " ".join(MPI.Get_library_version().splitlines()[0].split()),
                 "hostname": socket.gethostname(),
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "iters": args.iters, "warmup": args.warmup,
+                "spread": noise.SPREAD_MEANS, "noisy": noise.NOISY_MEANS,
                 "cost_params": {"alpha": cost.alpha, "beta": cost.beta, "gamma": cost.gamma},
                 "link": emulated.describe(args, comm.size),
                 "crossovers": None if crossovers is None else
@@ -257,9 +261,9 @@ def run(args: argparse.Namespace) -> int:
         if args.plot:
             link = meta["link"]
             where = emulated.label(args, comm.size) or f"{comm.size} ranks"
-            shown = [r for r in rows if r["inplace"] == lay.places[0]]  # one placement
             where += ", in place" if lay.places[0] else ", out of place"
             report.plot(args.plot, shown, f"allreduce {dtype.name} {op}, {where} "
-                                         f"({meta['mpi_library']})",
+                                         f"({meta['mpi_library']})\nmedian of {args.iters} "
+                                         f"calls per point, bars p25 to p75",
                         limit_GBps=link["rate_bps"] / 8e9 if link else None)
     return 1 if bad else 0

@@ -20,9 +20,9 @@ from collectives.compressed.checks import HIERARCHIES
 
 from ..registry import UsageError, command
 from . import bench_report as report
-from . import checks
+from . import checks, noise
 from . import emulate as emulated
-from .benchlib import bus_bandwidth, comment, parse_size, time_calls
+from .benchlib import Timing, bus_bandwidth, comment, parse_size, time_calls
 from .launch import relaunch
 
 DEFAULT = ["uniform:bits=8", "uniform:bits=4", "topk:ratio=0.01",
@@ -76,28 +76,40 @@ def _check(args: argparse.Namespace, specs: list[str]) -> None:
     emulated.check_arguments(args)
 
 
-def _row(name: str, scheme: str, t: float, nbytes: int, p: int, t_mpi: float, **extra: Any
+def _row(name: str, scheme: str, t: Timing, nbytes: int, p: int, t_mpi: float, **extra: Any
          ) -> dict[str, Any]:
-    return {"name": name, "scheme": scheme, "time_s": t,
-            "eff_busbw_GBps": bus_bandwidth(nbytes / t, p) / 1e9,
-            "vs_mpi": t_mpi / t, **extra}
+    return {"name": name, "scheme": scheme, "time_s": t.median, "iters": t.calls,
+            "spread": t.spread, "eff_busbw_GBps": bus_bandwidth(nbytes / t.median, p) / 1e9,
+            "vs_mpi": t_mpi / t.median, **extra}
+
+
+def _flag(rows: list[dict[str, Any]]) -> None:
+    """Mark each row's ``vs MPI`` within the noise or not (``noise.flags``; the first row is
+    MPI_Allreduce)."""
+    marks = noise.flags([r["time_s"] for r in rows], [r["spread"] for r in rows])
+    for row, noisy in zip(rows, marks, strict=True):
+        row["noisy"] = noisy
 
 
 def _tables(rows: list[dict[str, Any]]) -> list[str]:
-    """The rows as two tables within ``benchlib.WIDTH`` columns: time and bandwidth of every
-    run, then the compressed runs' time split and bytes (MiB each rank sent, and the model's
+    """The rows as two tables within ``benchlib.WIDTH`` columns: time, its spread and
+    bandwidth of every run (a ratio within the spread flagged, ``noise``), then the compressed
+    runs' time split and bytes (MiB each rank sent, and the model's
     prediction of them)."""
     name = max(len("run"), *(len(r["name"]) for r in rows))
     scheme = max(len("scheme"), *(len(r["scheme"]) for r in rows))
-    lines = [f"# {'run':<{name - 2}} {'scheme':<{scheme}} {'time(ms)':>9} {'effbusbw':>8} "
-             f"{'vs MPI':>6} {'rel.err':>8} {'x-host MiB':>10} {'/bound':>6}"]
+    lines = [f"# {'run':<{name - 2}} {'scheme':<{scheme}} {'time(ms)':>9} {'iqr%':>4} "
+             f"{'effbusbw':>8} {'vs MPI':>6} {'rel.err':>8} {'x-host MiB':>10} {'/bound':>6}"]
     for r in rows:
         err = f"{r['rel_error']:.2e}" if "rel_error" in r else "-"
         up = f"{r['host_uplink_bytes'] / 2**20:10.2f}" if r.get("host_uplink_bytes") else \
             f"{'-':>10}"
         over = f"{r['time_s'] / r['bound_s']:6.2f}" if r.get("bound_s") else f"{'-':>6}"
+        iqr = "-" if r["spread"] is None else noise.percent(r["spread"])
         lines.append(f"{r['name']:<{name}} {r['scheme']:<{scheme}} {r['time_s'] * 1e3:9.1f} "
-                     f"{r['eff_busbw_GBps']:8.3f} {r['vs_mpi']:6.2f} {err:>8} {up} {over}")
+                     f"{iqr:>4} {r['eff_busbw_GBps']:8.3f} "
+                     f"{noise.ratio_cell(r['vs_mpi'], r.get('noisy')):>6} {err:>8} {up} {over}")
+    lines.append(noise.summary(rows, "vs MPI"))
     split = [r for r in rows if "compress_s" in r]
     if split:
         lines += ["", f"# {'run':<{name - 2}} {'comp(ms)':>8} {'comm(ms)':>8} {'deco(ms)':>8} "
@@ -153,9 +165,11 @@ def _without_out(world: Any, x: np.ndarray, comp: Any, fb: Any, step: list[int],
 
     pairs = [time_calls(world, lambda w=w: call(w), 1, 0 if i else args.warmup).median
              for i in range(args.iters) for w in (True, False)]
-    with_out, without = float(np.median(pairs[0::2])), float(np.median(pairs[1::2]))
+    with_out, without = Timing.of(np.array(pairs[0::2])), Timing.of(np.array(pairs[1::2]))
+    vs_out = without.median / with_out.median
     return _row(f"{label} no out=", scheme, without, args.size, p, t_mpi,
-                with_out_s=with_out, vs_out=without / with_out, first_row_s=t_out)
+                with_out_s=with_out.median, vs_out=vs_out, first_row_s=t_out,
+                vs_out_noisy=noise.within_noise(vs_out, without.spread, with_out.spread))
 
 
 def _jsonable(value: Any) -> Any:
@@ -194,13 +208,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"# compcoll bench compressed: {p} ranks{', ' + where if where else ''}, "
               f"{args.size} B float32, {'no ' if args.no_feedback else ''}error feedback, "
               f"{args.iters} iters")
-    t_mpi = time_calls(world, lambda: world.Allreduce(x, out), args.iters, args.warmup).median
-    rows.append(_row("MPI_Allreduce", "-", t_mpi, args.size, p, t_mpi))
+    base = time_calls(world, lambda: world.Allreduce(x, out), args.iters, args.warmup)
+    t_mpi = base.median
+    rows.append(_row("MPI_Allreduce", "-", base, args.size, p, t_mpi))
     topo = topology(comm)
     rate = emulated.describe(args, p)["rate_bps"] / 8 if args.link else None
     for algo in ("ring", "rabenseifner", "two_level"):
         t = time_calls(world, lambda a=algo: collectives.allreduce(
-            x, algorithm=a, out=out, validate=False), args.iters, args.warmup).median
+            x, algorithm=a, out=out, validate=False), args.iters, args.warmup)
         up = dense_uplink(algo, topo, args.size)
         rows.append(_row(f"ours dense {algo}", "-", t, args.size, p, t_mpi,
                          **_bound(up, rate)))
@@ -217,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
                                   scheme=args.scheme, out=out, validate=False, stats=stats,
                                   hierarchy=hier)
 
-        t = time_calls(world, call, args.iters, args.warmup).median
+        t = time_calls(world, call, args.iters, args.warmup)
         level = stats.get("hierarchy", "flat")
         up = _host_sum(world, topo, stats["cross_bytes_sent"]) if level == "two_level" else None
         split = np.array([stats["compress_s"], stats["decompress_s"], stats["bytes_sent"]])
@@ -243,18 +258,20 @@ def run(args: argparse.Namespace) -> int:
         rows.append(_row(label, scheme, t, args.size,
                          p, t_mpi, compress_s=split[0], decompress_s=split[1], hierarchy=level,
                          **_bound(up, rate),
-                         comm_s=max(t - split[0] - split[1], 0.0), bytes_sent=split[2],
+                         comm_s=max(t.median - split[0] - split[1], 0.0), bytes_sent=split[2],
                          bytes_predicted=predicted, rel_error=err, model_s=model))
         if args.without_out:
             rows.append(_without_out(world, x, comp, fb, step, args, hier, label, scheme,
-                                     t, t_mpi, p))
+                                     t.median, t_mpi, p))
+    _flag(rows)
     if comm.rank == 0:
-        lines = _tables(rows)
+        lines = comment(noise.legend(args.iters, "MPI_Allreduce", "vs MPI")) + _tables(rows)
         for r in rows:
             if "vs_out" in r:
                 lines.append(f"# {r['name']}: {r['vs_out']:.3f}x the time of the same call "
                              f"with out= ({r['time_s'] * 1e3:.1f} ms against "
-                             f"{r['with_out_s'] * 1e3:.1f}, medians of calls taken in turn)")
+                             f"{r['with_out_s'] * 1e3:.1f}, medians of calls taken in turn"
+                             f"{'; within the noise' if r['vs_out_noisy'] else ''})")
         if any("rel_error" in r for r in rows):
             lines += comment(report.ERROR_NOTE)
             if not args.link:
@@ -274,6 +291,8 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"command": ["compcoll", *argv], "ranks": p, "bytes": args.size,
+                           "iters": args.iters, "warmup": args.warmup,
+                           "spread": noise.SPREAD_MEANS, "noisy": noise.NOISY_MEANS,
                            "link": emulated.describe(args, p), "cost_params": vars(cost),
                            "rows": rows}, f, indent=1, default=_jsonable)
     return 0

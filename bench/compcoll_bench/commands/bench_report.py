@@ -4,26 +4,32 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from . import noise
 
 Column = tuple[str, str, int, str]  # (row key, header, width, format)
 
 # The JSON and CSV rows carry every key of a row, one row per placement (out of place, in
 # place). The table puts both placements of a (size, algorithm, compressor) on one line, as
-# nccl-tests does: the lead columns, then time, bandwidths and #wrong of each placement, then
-# the tail (the first placement's). It stays within ``benchlib.WIDTH`` columns: what is the
-# same on every line (the type, named in the title) and what the JSON holds in full (p90 and
-# p99 of the calls; a compressed row's compress, communicate and decompress times, its bytes
-# sent) is left out of it. Times are medians per call (``time_us``).
+# nccl-tests does: the lead columns, then time, spread, bandwidths and #wrong of each
+# placement, then the tail (the first placement's). It stays within ``benchlib.TABLE_WIDTH``
+# columns: what is the same on every line (the type, named in the title) and what the JSON
+# holds in full (p25 to p99 of the calls; a compressed row's compress, communicate and
+# decompress times, its bytes sent) is left out of it. Times are medians per call
+# (``time_us``), beside the spread of the calls (``noise``: their iqr as a % of the median);
+# a ratio within that spread ends in ``~``.
 HALF: list[Column] = [
     ("time_us", "time(us)", 8, "{:.1f}"),
-    ("algbw_GBps", "algbw", 6, "bw"),
-    ("busbw_GBps", "busbw", 6, "bw"),
+    ("spread", "iqr%", 4, "pct"),
+    ("algbw_GBps", "algbw", 5, "bw"),
+    ("busbw_GBps", "busbw", 5, "bw"),
     ("wrong", "#wrong", 6, "{:d}"),
 ]
 TAIL: list[Column] = [
-    ("ratio_vs_mpi", "vs MPI", 6, "{:.2f}"),
+    ("ratio_vs_mpi", "vs MPI", 6, "ratio"),
     ("model_us", "model", 8, "{:.1f}"),  # the cost model's time (us)
 ]
 # With compressors: busbw is the effective busbw (of the uncompressed bytes, comparable with
@@ -31,11 +37,12 @@ TAIL: list[Column] = [
 # the relative error instead of the model's time (the cost model prices uncompressed rows).
 HALF_COMPRESSED: list[Column] = [
     ("time_us", "time(us)", 8, "{:.1f}"),
+    ("spread", "iqr%", 4, "pct"),
     ("busbw_GBps", "effbusbw", 8, "bw"),
     ("wrong", "#wrong", 6, "{:d}"),
 ]
 TAIL_COMPRESSED: list[Column] = [
-    ("ratio_vs_mpi", "vs MPI", 6, "{:.2f}"),
+    ("ratio_vs_mpi", "vs MPI", 6, "ratio"),
     ("rel_error", "rel.err", 8, "{:.2e}"),
 ]
 #: What the two MPI rows are (printed above the table).
@@ -103,11 +110,22 @@ def _bandwidth(value: float) -> str:
     return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
 
 
+#: The formats that are not a ``str.format`` pattern: (value, its row) -> text.
+_FORMATS: dict[str, Callable[[Any, dict[str, Any]], str]] = {
+    "bw": lambda value, row: _bandwidth(value),
+    "pct": lambda value, row: noise.percent(value),
+    "ratio": lambda value, row: noise.ratio_cell(value, row.get("noisy")),
+}
+
+
 def _value(row: dict[str, Any], key: str, fmt: str, width: int) -> str:
     value = row.get(key)
     if key == "algo" and row.get("auto_choice"):
         value = f"auto:{row['auto_choice']}"
-    text = "-" if value is None else _bandwidth(value) if fmt == "bw" else fmt.format(value)
+    if value is None and fmt != "ratio":  # a missing ratio keeps the flag's place
+        text = "-"
+    else:
+        text = _FORMATS[fmt](value, row) if fmt in _FORMATS else fmt.format(value)
     return f"{text:>{width}}"
 
 
@@ -214,11 +232,23 @@ def require_matplotlib() -> None:
     matplotlib.use("Agg")  # files only: no display needed, none opened
 
 
+def _band(rows: list[dict[str, Any]]) -> list[list[float]]:
+    """The busbw each row reaches at its p75 and p25 times, as matplotlib's (below, above)
+    error bars around its median's (none where the row has no quartiles)."""
+    below, above = [], []
+    for r in rows:
+        bw, mid, p25, p75 = r["busbw_GBps"], r["time_us"], r.get("p25_us"), r.get("p75_us")
+        below.append(bw * (1 - mid / p75) if p75 else 0.0)
+        above.append(bw * (mid / p25 - 1) if p25 else 0.0)
+    return [below, above]
+
+
 def plot(path: str, rows: list[dict[str, Any]], title: str,
          limit_GBps: float | None = None) -> None:
     """busbw against message size (log x), one line per algorithm and compressor (compressed
-    rows: effective busbw); ``limit_GBps`` draws the link's rate as a horizontal line (the busbw
-    an optimal allreduce reaches on that link)."""
+    rows: effective busbw), each point the median call's with a bar from the p75 call's busbw
+    to the p25 call's (the interquartile range); ``limit_GBps`` draws the link's rate as a
+    horizontal line (the busbw an optimal allreduce reaches on that link)."""
     require_matplotlib()
     import matplotlib.pyplot as plt
 
@@ -226,8 +256,9 @@ def plot(path: str, rows: list[dict[str, Any]], title: str,
     for key in dict.fromkeys((row["algo"], row.get("compressor", "none")) for row in rows):
         mine = [row for row in rows if (row["algo"], row.get("compressor", "none")) == key]
         label = key[0] if key[1] == "none" else f"{key[0]} + {key[1]}"
-        ax.plot([r["size"] for r in mine], [r["busbw_GBps"] for r in mine], marker="o",
-                label=label, linestyle="--" if key[0] == "MPI_Allreduce" else "-")
+        ax.errorbar([r["size"] for r in mine], [r["busbw_GBps"] for r in mine],
+                    yerr=_band(mine), marker="o", capsize=2, label=label,
+                    linestyle="--" if key[0] == "MPI_Allreduce" else "-")
     if limit_GBps is not None:
         ax.axhline(limit_GBps, color="black", linestyle=":",
                    label=f"link rate ({limit_GBps * 1e3:.0f} MB/s)")

@@ -11,6 +11,7 @@ from collectives import costmodel, tuning
 from collectives.algorithms import REGISTRY
 from compressors import dtypes
 
+from . import noise
 from .bench_case import Case
 from .bench_compressor import NONE, CompressedCase
 from .benchlib import Timing, bus_bandwidth, time_calls
@@ -27,10 +28,11 @@ def _row(case: Case | CompressedCase, name: str, timing: Timing,
         else None
     return {"size": nbytes, "count": count, "type": case.dtype.name, "op": case.op,
             "algo": name, "compressor": NONE, "scheme": None, "auto_choice": chosen,
-            "inplace": case.inplace, "time_us": timing.median * 1e6,
-            "p50_us": timing.median * 1e6, "p90_us": timing.p90 * 1e6,
-            "p99_us": timing.p99 * 1e6, "algbw_GBps": algbw,
-            "busbw_GBps": bus_bandwidth(algbw, comm.size), "ratio_vs_mpi": None,
+            "inplace": case.inplace, "time_us": timing.median * 1e6, "iters": timing.calls,
+            "p25_us": timing.p25 * 1e6, "p50_us": timing.median * 1e6,
+            "p75_us": timing.p75 * 1e6, "p90_us": timing.p90 * 1e6,
+            "p99_us": timing.p99 * 1e6, "spread": timing.spread, "algbw_GBps": algbw,
+            "busbw_GBps": bus_bandwidth(algbw, comm.size), "ratio_vs_mpi": None, "noisy": None,
             "model_us": None if model is None else model * 1e6, "wrong": 0, "ranks_agree": True,
             "bytes_sent": None, "compress_us": None, "comm_us": None, "decompress_us": None,
             "rel_error": None}
@@ -100,6 +102,9 @@ def sweep(comm: Any, args: argparse.Namespace, dtype: dtypes.DType, op: str, siz
             base = group[0]["busbw_GBps"]  # MPI_Allreduce's: the same bytes, a time ratio
             for row in group:
                 row["ratio_vs_mpi"] = row["busbw_GBps"] / base if base > 0 else None
+            marks = noise.flags([r["time_us"] for r in group], [r["spread"] for r in group])
+            for row, noisy in zip(group, marks, strict=True):
+                row["noisy"] = noisy
             halves.append(group)
             rows.extend(group)
         for same in zip(*halves, strict=True):

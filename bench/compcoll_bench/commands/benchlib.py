@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import noise
 from .collective_table import COLLECTIVES
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -24,8 +25,11 @@ def parse_size(text: str) -> int:
     return int(m.group(1)) * _UNITS[m.group(2).upper()]
 
 
-#: The widest line the commands print (their tables and comments).
+#: The widest line the commands print (their comments, and tables but bench allreduce's).
 WIDTH = 120
+#: The widest line of bench allreduce's table (both placements, each with its spread, side by
+#: side at the sizes of ``make bench``): a wide terminal's 132 columns.
+TABLE_WIDTH = 132
 
 
 def comment(text: str, width: int = WIDTH) -> list[str]:
@@ -59,16 +63,22 @@ def bus_bandwidth(algbw: float, p: int) -> float:
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds per call over the timed iterations (each the slowest rank's time)."""
+    """Seconds per call over the timed iterations (each the slowest rank's time), how many
+    calls were timed and how far they spread (``noise.spread``: the interquartile range over
+    the median; None for one call)."""
 
     median: float
     p90: float
     p99: float
+    p25: float
+    p75: float
+    calls: int
+    spread: float | None
 
     @classmethod
     def of(cls, times: np.ndarray) -> Timing:
-        p50, p90, p99 = np.percentile(times, [50, 90, 99])
-        return cls(float(p50), float(p90), float(p99))
+        p25, p50, p75, p90, p99 = (float(v) for v in np.percentile(times, [25, 50, 75, 90, 99]))
+        return cls(p50, p90, p99, p25, p75, len(times), noise.spread(times))
 
 
 def time_calls(comm, call: Callable[[], object], iters: int, warmup: int,

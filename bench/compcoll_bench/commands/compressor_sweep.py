@@ -24,6 +24,7 @@ import compressors
 from compressors import kernels
 
 from ..registry import UsageError
+from . import noise
 from .checks import output_file, output_path
 
 SPECS = ["none", "fp16", "bf16", "uniform:bits=8", "uniform:bits=4", "uniform:bits=2",
@@ -32,14 +33,26 @@ SPECS = ["none", "fp16", "bf16", "uniform:bits=8", "uniform:bits=4", "uniform:bi
          "threshold:tau=2.5", "powersgd:rank=4"]
 
 
-def median_time(fn: Callable[[], Any], repeats: int) -> float:
+def call_times(fn: Callable[[], Any], repeats: int) -> np.ndarray:
+    """Seconds of each of ``repeats`` calls of ``fn``, after one untimed call."""
     fn()  # warm-up: first-touch page faults and lazy allocations stay out of the timing
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    return np.array(times)
+
+
+def median_time(fn: Callable[[], Any], repeats: int) -> float:
+    return float(np.median(call_times(fn, repeats)))
+
+
+def _speedup(base: np.ndarray, ours: np.ndarray) -> tuple[float, bool | None]:
+    """The median of ``base`` over the median of ``ours``, and whether it is within the noise
+    of the two (``noise.within_noise``)."""
+    ratio = float(np.median(base) / np.median(ours))
+    return ratio, noise.within_noise(ratio, noise.spread(base), noise.spread(ours))
 
 
 def paired_times(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
@@ -125,18 +138,19 @@ def side_by_side(x: np.ndarray, threads: int, repeats: int) -> dict[str, Any]:
     torch.set_num_threads(threads)
     n, k = x.size, x.size // 100
     xt = torch.from_numpy(x)
-    t_torch = median_time(lambda: torch.topk(xt.abs(), k, sorted=False), max(1, repeats // 2))
+    t_torch = call_times(lambda: torch.topk(xt.abs(), k, sorted=False), max(1, repeats // 2))
     ref = np.sort(torch.topk(xt.abs(), k, sorted=False).indices.numpy())
-    t_exact = median_time(lambda: kernels.topk_indices(x, k), repeats)
+    t_exact = call_times(lambda: kernels.topk_indices(x, k), repeats)
     same = bool(np.array_equal(kernels.topk_indices(x, k), ref))
-    t_sampled = median_time(lambda: kernels.topk_sampled_indices(x, k, 1), repeats)
+    t_sampled = call_times(lambda: kernels.topk_sampled_indices(x, k, 1), repeats)
     recall = np.intersect1d(kernels.topk_sampled_indices(x, k, 1), ref).size / k
     dst = torch.empty_like(xt)
-    res: dict[str, Any] = {"numel": n, "threads": threads, "k": k, "torch_topk_ms": t_torch * 1e3,
-                           "exact_topk_ms": t_exact * 1e3, "exact_same_indices": same,
-                           "exact_speedup": t_torch / t_exact,
-                           "sampled_topk_ms": t_sampled * 1e3, "sampled_recall": recall,
-                           "sampled_speedup": t_torch / t_sampled}
+    res: dict[str, Any] = {"numel": n, "threads": threads, "k": k,
+                           "exact_same_indices": same, "sampled_recall": recall}
+    for key, t in (("torch_topk", t_torch), ("exact_topk", t_exact), ("sampled_topk", t_sampled)):
+        res[f"{key}_ms"], res[f"{key}_spread"] = float(np.median(t)) * 1e3, noise.spread(t)
+    res["exact_speedup"], res["exact_speedup_noisy"] = _speedup(t_torch, t_exact)
+    res["sampled_speedup"], res["sampled_speedup_noisy"] = _speedup(t_torch, t_sampled)
     # torch copies into a preallocated tensor with the same threads: the memory-bound floor.
     fns: dict[str, Callable[[], Any]] = {"copy": lambda: dst.copy_(xt)}
     for spec in ROUNDTRIP_SPECS:
@@ -149,8 +163,19 @@ def side_by_side(x: np.ndarray, threads: int, repeats: int) -> dict[str, Any]:
     res["copy_ms"] = float(np.median(times["copy"])) * 1e3
     for spec in ROUNDTRIP_SPECS:
         res[f"{spec} roundtrip_ms"] = float(np.median(times[spec])) * 1e3
-        res[f"{spec} vs_copy"] = float(np.median(np.divide(times[spec], times["copy"])))
+        ratios = np.divide(times[spec], times["copy"])
+        ratio, spread = float(np.median(ratios)), noise.spread(ratios)
+        res[f"{spec} vs_copy"], res[f"{spec} vs_copy_spread"] = ratio, spread
+        # paired within a repeat, the ratios' own spread holds the noise of both times
+        res[f"{spec} vs_copy_noisy"] = noise.within_noise(ratio, spread, 0.0)
     return res
+
+
+def _mark(noisy: bool | None, markdown: bool = False) -> str:
+    """The flag of a ratio within the noise (escaped in Markdown, where ``~`` may strike)."""
+    if not noisy:
+        return ""
+    return f"\\{noise.FLAG}" if markdown else noise.FLAG
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -167,7 +192,11 @@ def markdown(result: dict[str, Any]) -> str:
     lines += ["", f"## Side by side ({numel} float32 Gaussian values, k = 1%)", "",
               "Round trip (rt) = compress + decompress into preallocated buffers; rt/copy is the "
               "median over repeats of its time over a torch copy of the input timed in the same "
-              "repeat, with the same threads.", "",
+              f"repeat, with the same threads. Each time is the median of {result['repeats']} "
+              "timed calls (torch.topk's of half as many); a speedup or rt/copy ending in "
+              f"{_mark(True, markdown=True)} is within the noise: |ratio - 1| is smaller than "
+              "the spread (interquartile range over median) of either time, or for rt/copy of "
+              "the per-repeat ratios.", "",
               "| threads | torch.topk ms | exact ms | speedup | same set | sampled ms | speedup "
               "| recall | copy ms | "
               + " | ".join(f"`{spec}` rt/copy" for spec in ROUNDTRIP_SPECS) + " |",
@@ -175,9 +204,12 @@ def markdown(result: dict[str, Any]) -> str:
     for s in result["side_by_side"]:
         lines.append(
             f"| {s['threads']} | {s['torch_topk_ms']:.1f} | {s['exact_topk_ms']:.1f} | "
-            f"{s['exact_speedup']:.1f}x | {s['exact_same_indices']} | {s['sampled_topk_ms']:.1f} | "
-            f"{s['sampled_speedup']:.1f}x | {s['sampled_recall']:.3f} | {s['copy_ms']:.1f} | "
-            + " | ".join(f"{s[f'{spec} vs_copy']:.2f}" for spec in ROUNDTRIP_SPECS) + " |")
+            f"{s['exact_speedup']:.1f}x{_mark(s['exact_speedup_noisy'], True)} | "
+            f"{s['exact_same_indices']} | {s['sampled_topk_ms']:.1f} | "
+            f"{s['sampled_speedup']:.1f}x{_mark(s['sampled_speedup_noisy'], True)} | "
+            f"{s['sampled_recall']:.3f} | {s['copy_ms']:.1f} | "
+            + " | ".join(f"{s[f'{spec} vs_copy']:.2f}{_mark(s[f'{spec} vs_copy_noisy'], True)}"
+                         for spec in ROUNDTRIP_SPECS) + " |")
     if result.get("skipped"):
         lines += ["", "Skipped: " + "; ".join(result["skipped"])]
     return "\n".join(lines) + "\n"
@@ -234,8 +266,9 @@ def describe(s: dict[str, Any]) -> str:
     """One line of the side-by-side: top-k against torch.topk, and the copy it is timed with."""
     return (f"side by side, {s['numel']} values, {s['threads']} thread(s): torch.topk "
             f"{s['torch_topk_ms']:.2f} ms; exact top-k {s['exact_topk_ms']:.2f} ms "
-            f"({s['exact_speedup']:.1f}x, same set: {s['exact_same_indices']}); sampled "
-            f"{s['sampled_topk_ms']:.2f} ms ({s['sampled_speedup']:.1f}x, recall "
+            f"({s['exact_speedup']:.1f}x{_mark(s['exact_speedup_noisy'])}, same set: "
+            f"{s['exact_same_indices']}); sampled {s['sampled_topk_ms']:.2f} ms "
+            f"({s['sampled_speedup']:.1f}x{_mark(s['sampled_speedup_noisy'])}, recall "
             f"{s['sampled_recall']:.3f}); copy {s['copy_ms']:.2f} ms")
 
 
@@ -245,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {
         "machine": f"{platform.processor() or platform.machine()}, "
                    f"python {sys.version.split()[0]}, openmp={kernels.OPENMP}",
-        "compressors": [], "side_by_side": [], "skipped": [],
+        "repeats": args.repeats, "compressors": [], "side_by_side": [], "skipped": [],
         "inputs": ["gaussian: standard normal float32, seed 0"]}
     for n in args.sizes:
         inputs = {"gaussian": gaussian(n)}
