@@ -70,7 +70,7 @@ def test_bench_allreduce_sweep_writes_checked_rows(tmp_path: Path) -> None:
     assert doc["ranks"] == 2
     assert doc["command"][:5] == ["compcoll", "bench", "allreduce", "-np", "2"]
     assert {"command", "mpi_library", "hostname", "date", "cost_params"} <= doc.keys()
-    assert doc["iters"] == 2 and "p25_us" in doc["spread"] and "spread" in doc["noisy"]
+    assert doc["iters"] == 2 and "p75 - p25" in doc["spread"] and "spread" in doc["noisy"]
     rows = doc["rows"]
     assert [(r["size"], r["inplace"], r["algo"]) for r in rows] == [  # both placements
         (size, inplace, algo) for size in (1024, 4096, 16384) for inplace in (False, True)
