@@ -1,14 +1,29 @@
 """Host results of collectives called without ``out=``, in memory already mapped.
 
-A fresh result array costs a page fault per 4 KiB page the collective first writes: about
-40 ms for 64 MB, more than the whole compressed allreduce of those 64 MB across four hosts.
-So a result of at least ``MIN_BYTES`` is a view of a block this pool keeps. A block is free
-again once nothing refers to it: every array or tensor made from a result (views, reshapes,
-``torch.from_numpy``) holds a reference to the block its memory belongs to, so a block whose
-only references are the pool's own is unused, and may be handed out again, already mapped.
-Nothing the caller holds is ever reused. Free blocks beyond ``defaults.result_pool_bytes``
-in all (1 GiB; ``COMPCOLL_RESULT_POOL_BYTES``, 0: no pool) are released, the least recently
-used first.
+A fresh result array costs a page fault per 4 KiB page the collective first writes, on the
+collective's own time. So a result of at least ``MIN_BYTES`` is a view of a block this pool
+keeps, and a block is handed out again, already mapped, once no Python object refers to it.
+
+Safe: anything that refers to a result's memory as a Python object. The result, its views,
+slices and reshapes, ``torch.from_numpy`` of it, a ``memoryview`` or any other export of its
+buffer each hold a reference to the block; a block is reused only when the pool's own
+references are all that is left (``sys.getrefcount``).
+
+Not safe: a raw address. Memory reached only through a pointer (a ``ctypes`` object made
+with ``from_address``, ``MPI.buffer.fromaddress``, an address copied from
+``__array_interface__`` or ``data_ptr()`` and handed to C code) is overwritten by a later
+call once the Python objects above are gone. Keep the result alive while the pointer is in
+use, or opt out: pass ``out=`` (the caller's own buffer is never pooled), or turn the pool
+off (``collectives.defaults.result_pool_bytes = 0``, ``COMPCOLL_RESULT_POOL_BYTES=0``).
+
+A pooled torch result shares its block through ``torch.from_numpy``, whose storage torch
+cannot grow: ``resize_()`` to fewer elements works, to more raises torch's ``RuntimeError``
+("Trying to resize storage that is not resizable"); so does a CPU tensor passed as ``out=``
+or as the input, which the collective reads and writes through a numpy view (torch marks a
+storage it shares with numpy as not resizable). To grow a result, ``clone()`` it.
+
+Free blocks beyond ``defaults.result_pool_bytes`` in all (1 GiB) are released, the least
+recently used first.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ import torch.distributed as dist
 from .config import defaults
 from .transport import engine_of
 
-__all__ = ["FutureWork", "WaitedWork", "collect", "deadline", "done", "failed",
-           "from_future", "group_deadline", "comm_deadline", "then"]
+__all__ = ["FutureWork", "WaitedWork", "backend_timeout", "collect", "deadline", "done",
+           "failed", "from_future", "group_deadline", "comm_deadline", "then"]
 
 
 class FutureWork(dist.Work):
@@ -218,15 +218,39 @@ def group_deadline(group: Any) -> float | None:
     defaults) where ``COMPCOLL_TIMEOUT`` or ``collectives.defaults.timeout`` was chosen or the
     group does not say."""
     for device in ("cuda", "cpu"):
-        try:
-            inner = group._get_backend(torch.device(device))
-        except (RuntimeError, AttributeError, ValueError):
-            continue
-        wait = getattr(getattr(inner, "options", None), "_timeout", None)
-        wait = getattr(inner, "_group_timeout", wait)
-        if isinstance(wait, timedelta):
+        wait = backend_timeout(group, device)
+        if wait is not None:
             return deadline(wait)
     return None
+
+
+def backend_timeout(group: Any, device: str) -> timedelta | None:
+    """The timeout of ``group``'s backend for ``device`` (gloo's, NCCL's; the compcoll
+    backend's inner gloo group has its timeout), or None where it has no backend there or its
+    backend keeps no timeout.
+
+    torch 2.13 keeps a group's timeout (``init_process_group(timeout=...)``, ``new_group``)
+    only in its backend's options and offers no public way to read it (``set_timeout`` only
+    writes it, ``get_backend_config`` names the backends alone), so this reads the backend
+    (``_get_backend``) and its options' ``_timeout``: the two private names kept here.
+
+    Example::
+
+        >>> from datetime import timedelta
+        >>> import torch.distributed as dist
+        >>> from collectives.torchwork import backend_timeout
+        >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
+        ...                         timeout=timedelta(seconds=45))
+        >>> assert backend_timeout(dist.group.WORLD, "cpu") == timedelta(seconds=45)
+        >>> dist.destroy_process_group()
+    """
+    try:
+        backend = group._get_backend(torch.device(device))
+    except (RuntimeError, AttributeError, ValueError):
+        return None
+    options = getattr(backend, "options", None)
+    wait = options._timeout if hasattr(options, "_timeout") else None
+    return wait if isinstance(wait, timedelta) else None
 
 
 def comm_deadline(comm: Any) -> float | None:

@@ -3,7 +3,8 @@ every command, and every example program it shows runs as written.
 
 Building needs the docs tools (sphinx, myst-parser, sphinx-argparse); without them the build
 and the checks on its pages are skipped, and the examples still run. An example whose first
-line is ``# mpiexec -n N`` runs under mpiexec on N ranks, the others in this interpreter; each
+line is ``# mpiexec -n N`` runs under mpiexec on N ranks, the others in this interpreter; one
+whose docstring shows a ``torchrun ... --nproc-per-node N`` command runs that way too. Each
 run has a hard timeout.
 """
 
@@ -29,6 +30,15 @@ API = {"collectives": "api/collectives.html", "compressors": "api/compressors.ht
        "collectives.backend": "api/backend.html", "collectives.fsdp": "api/fsdp.html",
        "collectives.optim": "api/optim.html"}
 MPI_LINE = re.compile(r"#\s*mpiexec\s+-n\s+(\d+)")
+TORCHRUN_LINE = re.compile(r"^\s*torchrun --standalone --nproc-per-node (\d+) (\S+)$", re.M)
+
+
+def torchrun_ranks(example: Path) -> int | None:
+    """N from the example's own ``torchrun --standalone --nproc-per-node N <it>`` line."""
+    for m in TORCHRUN_LINE.finditer(example.read_text()):
+        if Path(m.group(2)).name == example.name:
+            return int(m.group(1))
+    return None
 
 
 def ranks(example: Path) -> int | None:
@@ -101,5 +111,18 @@ def test_example_runs(example: Path) -> None:
     if n is not None:
         cmd = [mpiexec(), "-n", str(n), *cmd]
     res = launch(cmd, f"docs/examples/{example.name}", timeout=240,
+                 env={"OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stdout[-6000:]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("example", [
+    pytest.param(e, id=e.stem) for e in EXAMPLES if torchrun_ranks(e) is not None])
+def test_example_runs_under_torchrun_as_its_docstring_says(example: Path) -> None:
+    """Under torchrun no MPI launcher joins the ranks: the example must set up
+    torch.distributed itself, or ``comm=None`` refuses to run each rank alone."""
+    cmd = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node",
+           str(torchrun_ranks(example)), str(example)]
+    res = launch(cmd, f"torchrun docs/examples/{example.name}", timeout=240,
                  env={"OMP_NUM_THREADS": "1"})
     assert res.returncode == 0, res.stdout[-6000:]

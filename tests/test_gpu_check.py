@@ -69,3 +69,18 @@ def test_the_result_files_hold_the_command_and_the_printed_lines(quick) -> None:
     data = json.loads((out / "gpu_check_cpu_quick.json").read_text())
     assert data["command"] == command and data["correctness_failed"] == 0
     assert [ln["name"] for ln in data["lines"]][-1] == "nccl"
+
+
+def test_on_the_host_a_codec_compared_with_itself_is_no_check(quick) -> None:
+    """--cpu: the fake device's codec is the compressor's own host path; its bits against the
+    CPU twin are printed but neither judged nor counted."""
+    _, out, lines = quick
+    bits = [ln for ln in lines if re.match(r"codec \S+ bits: ", ln)]
+    assert bits and all("not a check on CPU" in ln for ln in bits)
+    assert not [ln for ln in bits if re.search(r" (PASS|FAIL)\b", ln)]
+    counted = [ln for ln in json.loads((out / "gpu_check_cpu_quick.json").read_text())["lines"]
+               if ln["correctness"]]
+    assert counted and not [ln for ln in counted if ln["name"].endswith(" bits")]
+    assert any(ln["name"].endswith(" error") for ln in counted)  # the numpy bounds still count
+    m = re.match(r"# result: (\d+) correctness checks", lines[-1])
+    assert m and int(m.group(1)) == len(counted)

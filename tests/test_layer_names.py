@@ -79,21 +79,50 @@ def test_compiled_models_keep_the_plain_names() -> None:
     table.bind(list(_layers(wrapped(compiled)).values()))
 
 
+def compiled_run_state(model: torch.nn.Module, steps: int) -> dict:
+    """The hook's state after ``steps`` steps of ``model`` under torch.compile and DDP, on a
+    torch.distributed world of one (every layer compressed, so every one has a residual)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from collectives import Session
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
+                            timeout=timedelta(seconds=60))
+    try:
+        ddp = torch.nn.parallel.DistributedDataParallel(torch.compile(model, backend="eager"))
+        state = cddp.CompressionState(policy=Session("uniform:bits=8", min_numel=0)).bind(ddp)
+        ddp.register_comm_hook(state, cddp.compression_hook)
+        for step in range(steps):
+            idx = torch.randint(0, 50, (4, 16), generator=torch.Generator().manual_seed(step))
+            ddp(idx).square().mean().backward()
+        state.close()
+        return state.state_dict()
+    finally:
+        dist.destroy_process_group()
+
+
 def test_a_state_saved_with_compile_loads_without_it() -> None:
+    """What a compiled model's hook saved (its residuals named by the hook, not by this test)
+    loads into the same model's state without torch.compile, every residual restored."""
     from mpi4py import MPI
 
+    torch.manual_seed(0)
     model = TiedLM()
-    on = cddp.CompressionState(MPI.COMM_SELF, policy="uniform:bits=8")
-    on.bind(wrapped(torch.compile(model)))
-    saved = on.state_dict()
-    saved["residuals"] = {name: np.full(p.numel(), 0.5, np.float32)
-                          for name, p in model.named_parameters()}
-    off = cddp.CompressionState(MPI.COMM_SELF, policy="uniform:bits=8").bind(wrapped(model))
+    saved = compiled_run_state(model, steps=2)
+    plain = sorted(n for n, _ in model.named_parameters())
+    assert sorted(saved["residuals"]) == plain  # no "_orig_mod." in what was saved
+    assert all(np.any(r != 0) for r in saved["residuals"].values())
+    off = cddp.CompressionState(MPI.COMM_SELF, policy="uniform:bits=8").bind(wrapped(TiedLM()))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no residual left out as unknown
         off.load_state_dict(saved)
     assert off.residuals_restored
-    assert sorted(off._pool) == sorted(n for n, _ in model.named_parameters())
+    restored, _ = off.residuals()
+    assert sorted(restored) == plain
+    for name in plain:
+        np.testing.assert_array_equal(restored[name], saved["residuals"][name])
 
 
 def test_bind_refuses_a_bare_module_and_says_what_to_wrap() -> None:

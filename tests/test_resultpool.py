@@ -119,9 +119,66 @@ def test_allreduce_without_out_returns_fresh_results_equal_to_out(compressor) ->
     spot = address(first)
     del first
     gc.collect()
-    third = collectives.allreduce(x, **kw)
+    other = (x + 1.0).astype(np.float32)  # other bits: a stale block would still hold want
+    want_other = np.empty_like(x)
+    collectives.allreduce(other, out=want_other, **kw)
+    assert not np.array_equal(want_other, want)
+    third = collectives.allreduce(other, **kw)
     assert address(third) == spot
-    np.testing.assert_array_equal(third, want)
+    np.testing.assert_array_equal(third, want_other)
     t = collectives.allreduce(torch.from_numpy(x), **kw)
     assert isinstance(t, torch.Tensor)
     np.testing.assert_array_equal(t.numpy(), want)
+
+
+def test_memory_reached_only_through_a_raw_address_is_handed_out_again() -> None:
+    """What the module doc says is not safe, and its two ways out."""
+    import ctypes
+
+    x = np.ones(N, np.float32)
+    a = resultpool.empty_like_numpy(x)
+    a[:] = 7.0
+    raw = (ctypes.c_float * N).from_address(address(a))  # no reference to a
+    del a
+    gc.collect()
+    b = resultpool.empty_like_numpy(x)
+    b[:] = 0.0
+    assert address(b) == ctypes.addressof(raw) and raw[0] == 0.0  # overwritten
+    kept = memoryview(b)  # an export of the buffer is a reference: the block stays
+    del b
+    gc.collect()
+    assert address(resultpool.empty_like_numpy(x)) != ctypes.addressof(raw)
+    del kept
+    mine = np.empty_like(x)  # out=: the caller's own buffer
+    assert collectives.allreduce(x, out=mine, comm=_self()) is mine
+    collectives.defaults.result_pool_bytes = 0
+    assert resultpool.empty_like_numpy(x).base is None  # the pool turned off
+
+
+def test_a_pooled_torch_result_shrinks_but_refuses_to_grow() -> None:
+    x = torch.ones(N)
+    t = resultpool.empty_like_torch(x)
+    with pytest.raises(RuntimeError, match="not resizable"):
+        t.resize_(2 * N)
+    first = t.data_ptr()
+    t.resize_(N // 2)  # the block stays referenced while the shrunk tensor lives
+    assert resultpool.empty_like_torch(x).data_ptr() != first
+    y = collectives.allreduce(x, comm=_self())
+    with pytest.raises(RuntimeError, match="not resizable"):
+        y.resize_(2 * N)
+    grown = y.clone().resize_(2 * N)  # the way the module doc gives
+    assert grown.numel() == 2 * N and torch.equal(grown[:N], x)
+
+
+def test_the_module_doc_says_what_is_safe_and_how_to_opt_out() -> None:
+    doc = resultpool.__doc__
+    for words in ("from_address", "MPI.buffer.fromaddress", "__array_interface__",
+                  "out=", "result_pool_bytes = 0", "resize_()", "clone()"):
+        assert words in doc, words
+    assert "ever reused" not in doc and "40 ms" not in doc
+
+
+def _self():
+    from mpi4py import MPI
+
+    return MPI.COMM_SELF

@@ -75,8 +75,11 @@ _WRAPPER_PARTS = ("_orig_mod",)
 def unwrap(model: Any) -> Any:
     """The user's module inside DDP (``.module``) and torch.compile (``._orig_mod``) wrappers."""
     while True:
-        if hasattr(model, "_orig_mod"):  # torch.compile's registers the module as this child
-            model = model.get_submodule("_orig_mod")
+        # torch.compile registers the module as its child "_orig_mod" (the prefix of its
+        # state_dict keys): found among the registered children, by name
+        children = dict(model.named_children()) if hasattr(model, "named_children") else {}
+        if "_orig_mod" in children:
+            model = children["_orig_mod"]
         elif callable(getattr(model, "register_comm_hook", None)) and hasattr(model, "module"):
             model = model.module
         else:

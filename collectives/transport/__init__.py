@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import CommunicationError
 from .base import CommCache, Communicator, Request, wait_all
+from .launcher import check_not_alone
 
 __all__ = ["CommCache", "Communicator", "Request", "as_communicator", "default_engine", "engine_of",
            "wait_all"]
@@ -77,18 +78,25 @@ def default_engine() -> Any:
     world is a single process (torchrun, or any launcher that starts no MPI job).
 
     Raises CommunicationError when both are set up with different sizes: which job the
-    caller means is then ambiguous, so it must pass ``comm=`` explicitly.
+    caller means is then ambiguous, so it must pass ``comm=`` explicitly. Raises it too when
+    the one found has a single rank while the launcher started more (``WORLD_SIZE``,
+    ``PMI_SIZE`` or ``OMPI_COMM_WORLD_SIZE`` above 1: torchrun without
+    ``init_process_group``, say), where every rank would otherwise compute alone; see
+    :mod:`collectives.transport.launcher`.
     """
     group = _torch_default_group()
     if group is None:
         from mpi4py import MPI
 
+        check_not_alone(MPI.COMM_WORLD.Get_size(), "MPI.COMM_WORLD (torch.distributed is "
+                        "not initialized)")
         return MPI.COMM_WORLD
     import torch.distributed as dist
 
     torch_size = dist.get_world_size(group)
     mpi_world = _mpi_world()
     if mpi_world is None or mpi_world.Get_size() == 1:
+        check_not_alone(torch_size, "the torch.distributed default group")
         return group
     if mpi_world.Get_size() == torch_size:
         return mpi_world  # the same job seen by both engines (e.g. init_from_mpi)

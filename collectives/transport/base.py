@@ -43,6 +43,12 @@ class Request(ABC):
     #: True for engines whose requests only complete inside a blocking wait (gloo p2p)
     blocking: bool = False
 
+    @property
+    def seen_done(self) -> bool:
+        """True once a ``test`` or wait of this request saw it complete (a remembered answer:
+        no engine call). Requests that remember no such answer say False."""
+        return False
+
     @abstractmethod
     def test(self) -> bool:
         """Drive progress once; True when the operation has completed."""
@@ -199,7 +205,7 @@ class Communicator(ABC):
             self._posted.append(request)
             if len(self._posted) >= self._prune_at and self.failure is None:
                 # only what a wait or test already saw complete: no engine call from here
-                self._posted = [r for r in self._posted if not getattr(r, "_done", False)]
+                self._posted = [r for r in self._posted if not r.seen_done]
                 self._prune_at = 2 * len(self._posted) + 64  # amortized O(1) per request
         return request
 

@@ -48,6 +48,10 @@ class _MPIRequest(Request):
         self._done = False
         self._keep = keep  # buffers must outlive the request
 
+    @property
+    def seen_done(self) -> bool:
+        return self._done
+
     def test(self) -> bool:
         if not self._done:
             try:

@@ -80,6 +80,10 @@ class _WorkRequest(Request):
             land()
         self._keep = None
 
+    @property
+    def seen_done(self) -> bool:
+        return self._done
+
     def test(self) -> bool:
         if not self._done:
             try:

@@ -3,14 +3,20 @@
 
 Run under an MPI launcher or torchrun:
     mpiexec -n 2 python docs/examples/optim.py
+    torchrun --standalone --nproc-per-node 2 docs/examples/optim.py
 """
 
+import os
+
 import torch
+import torch.distributed as dist
 
 import collectives
 from collectives.optim import DiLoCo, OneBitAdam
 
-rank = collectives.as_communicator().rank
+if "RANK" in os.environ:                      # torchrun: join its ranks (comm=None follows)
+    dist.init_process_group("gloo")
+rank = collectives.as_communicator().rank    # MPI.COMM_WORLD under mpiexec
 
 
 def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,3 +57,5 @@ opt1 = OneBitAdam(model.parameters(), lr=3e-3, freeze_step=50)
 first, last = fit(model, opt1, 200)
 print(f"rank {rank}: OneBitAdam, frozen at step {opt1.frozen_at}, loss {first:.4f} -> {last:.4f}")
 assert last < first / 3  # the loss fell to well under a third
+if dist.is_initialized():                     # torchrun's group: nothing is in flight now
+    dist.destroy_process_group()

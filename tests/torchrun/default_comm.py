@@ -1,5 +1,6 @@
 """Under torchrun (no MPI launcher): ``comm=None`` follows torch.distributed's default group,
-decided at each call: before init, after init, after destroy, after a new init.
+decided at each call: before init (an error: torchrun started P ranks, but only the group
+would join them), after init, after destroy (the error again), after a new init.
 
 Run: torchrun --standalone --nproc-per-node 2 tests/torchrun/default_comm.py STORE_FILE
 """
@@ -13,8 +14,10 @@ import traceback
 import numpy as np
 import torch
 import torch.distributed as dist
+from mpi4py import MPI
 
 import collectives
+from collectives import CommunicationError
 from collectives.ddp import CompressionState
 
 R, P = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -44,9 +47,16 @@ TOTAL = P * (P + 1) / 2
 
 
 def alone() -> None:
-    c = collectives.as_communicator(None)
-    check(c.engine == "mpi" and c.size == 1, f"no torch.distributed: got {c!r}, not MPI alone")
-    check(np.array_equal(collectives.allreduce(x()), x()), "alone: not this rank's values")
+    for what, call in (("as_communicator", lambda: collectives.as_communicator(None)),
+                       ("allreduce", lambda: collectives.allreduce(x()))):
+        try:
+            got = call()
+            check(False, f"no torch.distributed: {what} ran alone, got {got!r}")
+        except CommunicationError as exc:
+            check("init_process_group" in str(exc) and f"WORLD_SIZE={P}" in str(exc),
+                  f"no torch.distributed: {what}'s error does not say why: {exc}")
+    mine = collectives.allreduce(x(), comm=MPI.COMM_SELF)  # alone, asked for explicitly
+    check(np.array_equal(mine, x()), "comm=MPI.COMM_SELF: not this rank's values")
 
 
 def follows_torch(round_: str) -> None:
