@@ -142,7 +142,8 @@ def allreduce(buf: Any, *, op: str = "sum", algorithm: str = "auto", comm: Any =
         out: where to write the result (same type, shape and dtype); ``out=buf`` is in place.
             None allocates a new array of the caller's type on the caller's device (on the
             host, of 1 MiB or more, in memory a result dropped earlier left mapped:
-            ``collectives.resultpool``; never memory the caller still refers to).
+            ``collectives.resultpool``; never memory the caller still refers to through
+            Python objects: a raw address kept alone is not a reference, see there).
         timeout: seconds any single wait may block before ``CollectiveTimeout`` (a positive
             finite number; None: ``collectives.defaults.timeout``). After a timeout the
             communicator raises ``CommunicatorUnusable`` on every later call.
