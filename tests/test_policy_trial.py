@@ -15,6 +15,7 @@ from tests.test_policy_loss import BIG, FIRST
 
 INT8 = canonical("uniform:bits=8")
 STEPS = 4
+ROUNDS = 2  # (the default's three rounds of 4 steps would be 1, 1 and 2)
 
 
 class StepClock:
@@ -44,7 +45,7 @@ def run(monkeypatch, plan_s: float, sixteen_s: float, none_s: float = 1.0, steps
     pol = AutoPolicy(**{"candidates": candidates, "first": FIRST, "probe_steps": 1,
                         "every": 1000, "cost": SLOW, "latency": "model", "cache": False,
                         "optimizer": "sgd", "trial_steps": STEPS, "loss_window": 0,
-                        "tunables": Tunables(uncompressed_far=far), **kw})
+                        "tunables": Tunables(uncompressed_far=far, trial_rounds=ROUNDS), **kw})
     comm, rng, seen = Ranks(), np.random.default_rng(0), []
     for step in range(steps):
         pol.update(comm, step)
@@ -74,7 +75,7 @@ def blocks(seen: list[str]) -> list[tuple[str, int]]:
 
 
 #: Steps of one plan's turn: its share of the counted steps in a round, and one not counted.
-TURN = STEPS // Tunables().trial_rounds + Tunables().skip
+TURN = STEPS // ROUNDS + Tunables().skip
 
 
 def test_a_plan_slower_than_16_bits_in_measured_steps_gives_way_to_16_bits(monkeypatch) -> None:
@@ -205,3 +206,27 @@ def test_no_trial_when_turned_off(monkeypatch) -> None:
 def test_trial_steps_must_be_a_count() -> None:
     with pytest.raises(ValueError, match="trial_steps"):
         AutoPolicy(trial_steps=-1)
+
+
+def test_rounds_share_the_counted_steps_and_never_outnumber_them(monkeypatch) -> None:
+    """Three rounds of 4 counted steps: turns of 1, 1 and 2 counted steps; more rounds than
+    counted steps: one counted step a turn."""
+    pol, seen = run(monkeypatch, plan_s=0.120, sixteen_s=0.100, none_s=0.200,
+                    tunables=Tunables(trial_rounds=3, uncompressed_far=float("inf")))
+    first = seen.index(INT8)
+    skip = Tunables().skip
+    turns = [(s, k + skip) for k in (1, 1, 2) for s in (INT8, "fp16", "none")]
+    assert blocks(seen[first:])[:9] == turns, blocks(seen)
+    pol, seen = run(monkeypatch, plan_s=0.120, sixteen_s=0.100, none_s=0.200,
+                    tunables=Tunables(trial_rounds=9, uncompressed_far=float("inf")))
+    first = seen.index(INT8)
+    assert blocks(seen[first:])[:12] == [(s, 1 + skip) for s in (INT8, "fp16", "none")] * 4
+    assert pol._trial.result["kept"] == "fp16"
+
+
+def test_the_log_of_a_turn_carries_its_own_step(monkeypatch) -> None:
+    pol, _ = run(monkeypatch, plan_s=0.120, sixteen_s=0.100, none_s=0.200)
+    trial_events = [e for e in pol.log if e["event"].startswith("trial")]
+    steps = [e["step"] for e in trial_events]
+    assert steps == sorted(steps) and len(set(steps)) == len(steps), trial_events
+    assert all("plan_s" not in e for e in trial_events if "timing" in e["event"])

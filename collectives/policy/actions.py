@@ -139,11 +139,12 @@ def time_plan(p: Parts, now: Now) -> None:
     """The trial's phase has its steps: time 16 bits next, or keep the faster (collective
     at the trial's end; every rank alike)."""
     outcome = p.trial.advance(now.comm, now.step, p.decider, p.quality.safe())
-    p.journal.log.append({"step": now.step, "event": f"trial: {outcome}",
-                          **(p.trial.result or {})})
+    ended = not outcome.startswith("timing")
+    p.journal.log.append({**(p.trial.result or {} if ended else {}), "step": now.step,
+                          "event": f"trial: {outcome}"})
     if outcome == "below 16 bits":  # layers below 16 bits the decision did not send so
         p.quality.narrowed(now.step)
-    if now.comm.rank == 0 and not outcome.startswith("timing"):
+    if now.comm.rank == 0 and ended:
         r = p.trial.result or {}
         times = ", ".join(f"{r[k] * 1e3:.1f} ms {w}" for k, w in (
             ("plan_s", "under the plan"), ("sixteen_s", "at 16 bits"),

@@ -91,7 +91,7 @@ class AutoConfig:
     #: uncompressed), the plans taking turns; a plan of more error is kept only where its
     #: median step is clearly faster (``trial``: by twice the measured noise and 3% at
     #: least). 0 trusts the prediction.
-    trial_steps: int = 6
+    trial_steps: int = 12
     #: The numbers below these settings, each with the reason for its default (``tunables``):
     #: set in code (``AutoConfig(tunables=Tunables(shift=0.1))``), not in a spec string.
     tunables: Tunables = DEFAULTS

@@ -104,9 +104,9 @@ class Trial(Part):
         st = self.state
         if st is None:
             return False
-        rounds = st.get("rounds", 1)  # (a trial saved before rounds: one)
-        per = -(-self.config.trial_steps // rounds)
-        want = min(per * (st.get("round", 0) + 1), self.config.trial_steps)
+        n = self.config.trial_steps
+        rounds = min(st.get("rounds", 1), n)  # (a trial saved before rounds: one)
+        want = (min(st.get("round", 0), rounds - 1) + 1) * n // rounds  # counted so far
         return len(st["times"][st["phase"]]) >= want
 
     def advance(self, comm: Communicator, step: int, decider: Decider, safe: str) -> str | None:
@@ -125,7 +125,7 @@ class Trial(Part):
         nxt = None
         if at + 1 < len(order):
             nxt = order[at + 1]
-        elif st.get("round", 0) + 1 < st.get("rounds", 1):
+        elif st.get("round", 0) + 1 < min(st.get("rounds", 1), self.config.trial_steps):
             nxt, st["round"] = order[0], st["round"] + 1
         if nxt is not None:
             self._apply(decider, st, nxt, safe, WHY[nxt])
