@@ -6,7 +6,10 @@ next two steps run, and lands two steps after it was sent. Rank 2 SIGKILLs itsel
 step 4, which landed the first sync and sent the second (its payload, past the first sync's
 comparison of the call).
 The survivors must raise from a ``step()`` (at the latest the landing one, within the
-deadline), never land an outer step that rank 2 did not take, and never hang.
+deadline), never land an outer step that rank 2 did not take, and never hang. Rank 2 may
+still finish the small second exchange on its thread before the signal lands (a loaded
+machine schedules the main thread late); its part then reached every rank, and that sync may
+land: the survivors then raise from the third. Never a later one.
 
 Run: torchrun --standalone --nproc-per-node 3 tests/torchrun/diloco_dead_peer.py
 """
@@ -54,7 +57,7 @@ def main() -> None:
                      f"(syncs landed: {opt.syncs})")
     except Exception as exc:  # noqa: BLE001 - any error is right; landing is wrong
         waited = time.monotonic() - (t0 or time.monotonic())
-        check(opt.syncs == 1, f"no outer step landed without rank {P - 1} ({opt.syncs})")
+        check(opt.syncs in (1, 2), f"no outer step landed without rank {P - 1} ({opt.syncs})")
         check(waited < 3 * TIMEOUT, f"raised {waited:.1f} s after the sync was sent")
         print(f"rank {R} raised {type(exc).__name__} after {waited:.1f} s: {str(exc)[:200]}",
               flush=True)
