@@ -37,7 +37,7 @@ ROOTS = tuple(str(Path(m.__file__).resolve().parent) + os.sep
 WARM = 3
 
 
-class Path_:
+class Trace:
     """The files a traced call enters, in order, until the first payload message."""
 
     def __init__(self) -> None:
@@ -81,14 +81,14 @@ def _short(name: str) -> str:
     return name
 
 
-def traced(run: Callable[[], Any], rank: int) -> Path_ | None:
+def traced(run: Callable[[], Any], rank: int) -> Trace | None:
     """``run`` once traced on rank 0 (after ``WARM`` untraced calls)."""
     for _ in range(WARM):
         run()
     if rank != 0:
         run()
         return None
-    path = Path_()
+    path = Trace()
     sys.setprofile(path.profile)
     try:
         run()
@@ -97,14 +97,14 @@ def traced(run: Callable[[], Any], rank: int) -> Path_ | None:
     return path
 
 
-def allreduce_path(rank: int) -> Path_ | None:
+def allreduce_path(rank: int) -> Trace | None:
     fb = compressors.ErrorFeedback(compressors.get("uniform:bits=8"))
     x = np.random.default_rng(rank).standard_normal(1 << 14).astype(np.float32)
     return traced(lambda: collectives.allreduce(x, compressor="uniform:bits=8", feedback=fb,
                                                 name="w"), rank)
 
 
-def hook_path(rank: int, spec: str) -> Path_ | None:
+def hook_path(rank: int, spec: str) -> Trace | None:
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
